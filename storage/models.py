@@ -1,0 +1,131 @@
+"""SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds.
+
+The schema is created and upgraded only through the Alembic migrations in
+``storage/migrations``; a change here needs a new revision there.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+# Run states. The allowed moves are in jobs.states; the database only stores them.
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED = (
+    "queued", "running", "succeeded", "failed", "cancelling", "cancelled")
+RUN_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(40), index=True)
+    format: Mapped[str] = mapped_column(String(40))
+    # sha256 of the uploaded bytes plus the import options: re-uploading the same file is detected.
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    path: Mapped[str] = mapped_column(Text)
+    num_train: Mapped[int] = mapped_column(Integer)
+    num_validation: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    warnings: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    task: Mapped[str] = mapped_column(String(40))
+    model: Mapped[str] = mapped_column(String(300))
+    status: Mapped[str] = mapped_column(String(16), default=QUEUED)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # A deleted dataset must never fail or hide a run that used it.
+    dataset_id: Mapped[Optional[str]] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"), nullable=True)
+    parent_run_id: Mapped[Optional[int]] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker_id: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    device: Mapped[Optional[str]] = mapped_column(String(60), nullable=True)
+    pid: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    epoch: Mapped[float] = mapped_column(Float, default=0.0)
+    eta_seconds: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    error_detail: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    output_dir: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    heartbeat_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+    dataset: Mapped[Optional[Dataset]] = relationship()
+    points: Mapped[list["MetricPoint"]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True)
+    artifacts: Mapped[list["Artifact"]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True)
+
+    __table_args__ = (
+        Index("ix_runs_status_priority", "status", "priority", "id"),
+        Index("ix_runs_created_at", "created_at"),
+    )
+
+
+class MetricPoint(Base):
+    """One value of one curve (``train/loss``, ``eval/f1_macro``, ...) at one step."""
+
+    __tablename__ = "metric_points"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    name: Mapped[str] = mapped_column(String(80))
+    value: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    run: Mapped[Run] = relationship(back_populates="points")
+
+    __table_args__ = (Index("ix_metric_points_run_step", "run_id", "name", "step"),)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(40))  # model, checkpoint, metrics, predictions, log, merged-model
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    run: Mapped[Run] = relationship(back_populates="artifacts")
+
+
+class Playground(Base):
+    __tablename__ = "playgrounds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    slug: Mapped[str] = mapped_column(String(80), unique=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    # sha256 of the access token; NULL means public.
+    token_hash: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)

@@ -1,0 +1,69 @@
+"""The ``workbench`` command line. Thin: parse options, call a service, print.
+
+Errors from the services (``workbench.errors``) are translated here, in one
+place: one line per problem on stderr and a non-zero exit code, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, Optional
+
+import click
+import typer
+
+from workbench.errors import DataValidationError, WorkbenchError
+
+app = typer.Typer(help="BERT Workbench: fine-tune BERT-family encoders without writing code.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+data_app = typer.Typer(help="Validate, import and list datasets.", no_args_is_help=True)
+runs_app = typer.Typer(help="List, inspect, cancel and retry runs.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(runs_app, name="runs")
+
+
+def emit(payload: Any, as_json: bool, text: str | None = None) -> None:
+    """Print ``payload`` as JSON, or ``text`` for people."""
+    if as_json:
+        typer.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        typer.echo(text if text is not None else str(payload))
+
+
+def report_error(exc: WorkbenchError) -> int:
+    if isinstance(exc, DataValidationError):
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        typer.echo(f"{len(exc.problems)} problem(s); nothing was imported.", err=True)
+    else:
+        typer.echo(f"error: {exc}", err=True)
+        hint = getattr(exc, "hint", "")
+        if hint:
+            typer.echo(f"hint: {hint}", err=True)
+    return exc.exit_code
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("httpx", "urllib3", "filelock", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Import the command modules so they register on ``app``.
+    from workbench import commands  # noqa: F401
+
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        code = 130
+    except WorkbenchError as exc:
+        code = report_error(exc)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,1 @@
+"""`workbench data ...` commands (filled in by the datasets work)."""

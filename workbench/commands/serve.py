@@ -1,0 +1,1 @@
+"""`workbench serve`: the web UI plus one embedded worker."""

@@ -1,0 +1,30 @@
+"""The handle every service takes: settings plus an open database."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from storage.db import Database
+from workbench.settings import Settings
+
+
+@dataclasses.dataclass
+class Workbench:
+    settings: Settings
+    db: Database
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+def open_workbench(settings: Settings | None = None) -> Workbench:
+    """Build settings from the environment (unless given), create the home folder, migrate the DB."""
+    settings = settings or Settings.from_env()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    if settings.offline:
+        # Never reach for a hub at run time; a missing model is reported, not waited for.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    return Workbench(settings=settings, db=Database(settings.database_url))

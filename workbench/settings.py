@@ -1,0 +1,125 @@
+"""Every setting of the workbench, declared once as data.
+
+Each setting has a name, a default and a help text, and is read from the
+environment variable ``WORKBENCH_<NAME>``. The README documents every one of
+them (a test checks this), so add a row there when you add one here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from workbench.errors import ConfigError
+
+ENV_PREFIX = "WORKBENCH_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected true/false, got {value!r}")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("home", ".workbench", "Folder for uploaded datasets, run artifacts, logs and the SQLite database."),
+    Setting("database_url", "", "SQLAlchemy URL of the database. Empty means SQLite at `<home>/workbench.db`; "
+            "use `postgresql+psycopg://user:pw@host/db` to share one queue between several worker machines."),
+    Setting("host", "127.0.0.1", "Interface the web server listens on (`0.0.0.0` to reach it from other machines)."),
+    Setting("port", 7860, "Port of the web server.", int),
+    Setting("auth", "", "Protects the whole workbench: `user:password`, several separated by commas, or the path "
+            "of a file with one `user:password` per line. Empty means no login. Playgrounds have their own tokens."),
+    Setting("device", "auto", "Where training runs: `auto` (GPU when present, else CPU), `cpu`, `cuda` or `cuda:N`."),
+    Setting("max_jobs", 1, "Most runs one worker executes at the same time.", int),
+    Setting("max_upload_mb", 2048, "Largest dataset file accepted, in MB. Files are read as a stream, so this bounds "
+            "disk use, not memory.", int),
+    Setting("heartbeat_seconds", 5.0, "How often a worker records that a running job is alive.", float),
+    Setting("lease_seconds", 60.0, "A running job whose worker sent no heartbeat for this long is taken over by "
+            "another worker and resumed from its last checkpoint.", float),
+    Setting("cancel_timeout_seconds", 30.0, "How long a cancelled run may take to stop at a step boundary and save "
+            "a checkpoint before it is killed.", float),
+    Setting("playground_memory_mb", 2048, "Memory bound for models cached by playgrounds; least recently used "
+            "models are evicted beyond it.", int),
+    Setting("offline", True, "Never download models from a hub at run time (sets HF_HUB_OFFLINE). Set false on a "
+            "machine with internet access to use hub models that are not in the local cache.", _bool),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    home: Path
+    database_url: str
+    host: str
+    port: int
+    auth: str
+    device: str
+    max_jobs: int
+    max_upload_mb: int
+    heartbeat_seconds: float
+    lease_seconds: float
+    cancel_timeout_seconds: float
+    playground_memory_mb: int
+    offline: bool
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Read every setting from ``environ`` (default ``os.environ``); keyword overrides win."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            if setting.name in overrides and overrides[setting.name] is not None:
+                values[setting.name] = overrides[setting.name]
+                continue
+            raw = environ.get(setting.env)
+            if raw is None or raw == "":
+                values[setting.name] = setting.default
+                continue
+            try:
+                values[setting.name] = setting.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{setting.env}={raw!r} is not valid: {exc}. {setting.help}") from None
+        values["home"] = Path(values["home"]).expanduser().resolve()
+        if not values["database_url"]:
+            values["database_url"] = f"sqlite:///{values['home'] / 'workbench.db'}"
+        if values["max_jobs"] < 1:
+            raise ConfigError(f"{_BY_NAME['max_jobs'].env} must be at least 1")
+        return cls(**values)
+
+    # Folders below home. Created on demand by the code that writes there.
+    @property
+    def datasets_dir(self) -> Path:
+        return self.home / "datasets"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.home / "uploads"
+
+    def as_env(self) -> dict[str, str]:
+        """The settings as environment variables, for child processes."""
+        out = {}
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            out[setting.env] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
