@@ -129,3 +129,17 @@ class Playground(Base):
     token_hash: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Worker(Base):
+    """A live `workbench worker` (or embedded worker): lets `train --wait` and the UI know one is there."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(200), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    max_jobs: Mapped[int] = mapped_column(Integer, default=1)
+    gpus: Mapped[str] = mapped_column(String(200), default="")
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
