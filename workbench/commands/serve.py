@@ -1,1 +1,37 @@
 """`workbench serve`: the web UI plus one embedded worker."""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import typer
+
+from workbench.cli import app
+
+log = logging.getLogger(__name__)
+
+
+@app.command()
+def serve(
+    host: Optional[str] = typer.Option(None, help="Interface to listen on (default: WORKBENCH_HOST, 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, help="Port (default: WORKBENCH_PORT, 7860)."),
+    no_worker: bool = typer.Option(False, "--no-worker",
+                                   help="Serve the UI only; runs wait for a separate `workbench worker`."),
+) -> None:
+    """Start the web workbench (and one embedded worker unless --no-worker)."""
+    import uvicorn
+
+    from workbench.context import open_workbench
+    from workbench.server import create_app
+    from workbench.settings import Settings
+
+    settings = Settings.from_env(host=host, port=port)
+    wb = open_workbench(settings)
+    web_app = create_app(wb, worker=not no_worker)
+    shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    typer.echo(f"BERT Workbench on http://{shown_host}:{settings.port}/"
+               + ("" if not no_worker else "  (no worker: start `workbench worker` to train)"))
+    try:
+        uvicorn.run(web_app, host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        wb.close()

@@ -1,0 +1,103 @@
+"""The web server: the workbench UI at ``/``, playgrounds beside it, the embedded worker in its lifespan.
+
+The UI sits behind ``WORKBENCH_AUTH`` when it is set. Playground routes are
+registered on the outer FastAPI app *before* the UI is mounted at ``/``, so they
+are matched first and never pass through the workbench login (a colleague with
+a playground link sees the playground and nothing else).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import AsyncIterator
+
+from workbench.context import Workbench
+from workbench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def parse_auth(value: str) -> list[tuple[str, str]]:
+    """``WORKBENCH_AUTH`` as (user, password) pairs; an empty list means no login.
+
+    The value is either ``user:password[,user:password...]`` or the path of a
+    file with one ``user:password`` per line (blank lines and ``#`` comments
+    skipped). A password may contain ``:``; the user name may not.
+    """
+    value = (value or "").strip()
+    if not value:
+        return []
+    path = Path(value).expanduser()
+    if path.is_file():
+        entries = [(line.strip(), f"{path}:{number}") for number, line in
+                   enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
+        entries = [(text, where) for text, where in entries if text and not text.startswith("#")]
+        if not entries:
+            raise ConfigError(f"WORKBENCH_AUTH file {path} has no 'user:password' line")
+    elif "/" in value and ":" not in value:
+        raise ConfigError(f"WORKBENCH_AUTH file {value} does not exist")
+    else:
+        entries = [(part.strip(), "WORKBENCH_AUTH") for part in value.split(",") if part.strip()]
+    users = []
+    for text, where in entries:
+        user, sep, password = text.partition(":")
+        if not sep or not user.strip() or not password:
+            raise ConfigError(f"{where}: expected 'user:password', got {text!r}")
+        users.append((user.strip(), password))
+    return users
+
+
+def _playgrounds_available() -> bool:
+    return importlib.util.find_spec("workbench.playground.mount") is not None
+
+
+def create_app(wb: Workbench, *, worker: bool = True):
+    """The FastAPI app: playground routes, then the Gradio workbench at ``/``.
+
+    With ``worker=True`` one embedded worker runs for the lifetime of the app
+    (started and stopped by the lifespan), so ``workbench serve`` alone trains runs.
+    """
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from workbench.ui.app import CSS, THEME, build_ui
+
+    users = parse_auth(wb.settings.auth)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app) -> AsyncIterator[None]:
+        handle = None
+        if worker:
+            from jobs.worker import start_embedded_worker
+
+            handle = start_embedded_worker(wb)
+            log.info("embedded worker started")
+        try:
+            yield
+        finally:
+            if handle is not None:
+                handle.stop()
+                log.info("embedded worker stopped")
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict:
+        return {"ok": True}
+
+    if _playgrounds_available():
+        from workbench.playground.mount import mount_playgrounds
+
+        mount_playgrounds(app, wb)
+    blocks = build_ui(wb)
+    gr.mount_gradio_app(
+        app, blocks, path="/", auth=users or None, auth_message="BERT Workbench: please sign in.",
+        theme=THEME, css=CSS, ssr_mode=False, show_error=True,
+        max_file_size=f"{wb.settings.max_upload_mb}mb", footer_links=["gradio"],
+        allowed_paths=[str(wb.settings.runs_dir)],
+    )
+    return app

@@ -1,0 +1,240 @@
+"""Pure formatting helpers for the UI: durations, progress bars, table rows, config diffs.
+
+Nothing here imports gradio, so every helper is unit-tested without a browser.
+Service results arrive as dicts or dataclasses; ``as_dict`` gives one shape to both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import html
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
+STATUS_ICONS = {
+    "queued": "◷", "running": "▶", "resuming": "↻", "cancelling": "■", "succeeded": "✔", "failed": "✖",
+    "cancelled": "■",
+}
+# The metric the Runs table shows per task, in order of preference (the keys of the training CLI contract).
+MAIN_METRICS = {
+    "text-classification": ("accuracy", "f1_macro"),
+    "token-classification": ("entity_f1", "token_accuracy"),
+    "question-answering": ("f1", "exact_match"),
+    "masked-lm": ("perplexity", "nsp_accuracy"),
+}
+RUN_TABLE_HEADERS = ["ID", "Name", "Status", "Progress", "ETA", "Main metric", "Model", "Dataset", "Created"]
+MISSING = "—"
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A service result (dict, dataclass or plain object) as a dict."""
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return dict(vars(obj))
+
+
+def format_duration(seconds: float | None) -> str:
+    """``95`` → ``1m 35s``; ``None`` or a negative value → ``—``."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return MISSING
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def format_time(value: Any, now: dt.datetime | None = None) -> str:
+    """A timestamp as ``YYYY-MM-DD HH:MM`` (UTC, as stored), or ``—``."""
+    if value is None or value == "":
+        return MISSING
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value.strftime("%Y-%m-%d %H:%M")
+
+
+def progress_bar(progress: float | None, width: int = 10) -> str:
+    """A text progress bar that fits in a table cell: ``▰▰▰▰▱▱▱▱▱▱ 40%``."""
+    fraction = min(max(float(progress or 0.0), 0.0), 1.0)
+    filled = int(round(fraction * width))
+    return "▰" * filled + "▱" * (width - filled) + f" {fraction * 100:.0f}%"
+
+
+def progress_html(progress: float | None, status: str, label: str = "") -> str:
+    """A coloured progress bar for the run header."""
+    fraction = min(max(float(progress or 0.0), 0.0), 1.0)
+    colour = {"failed": "#dc2626", "cancelled": "#9ca3af", "cancelling": "#f59e0b",
+              "succeeded": "#16a34a"}.get(status, "#2563eb")
+    text = html.escape(label or f"{fraction * 100:.0f}%")
+    return (f'<div class="wb-progress"><div class="wb-progress-fill" style="width:{fraction * 100:.1f}%;'
+            f'background:{colour}"></div><span>{text}</span></div>')
+
+
+def status_label(status: str) -> str:
+    return f"{STATUS_ICONS.get(status, '?')} {status}"
+
+
+def main_metric(task: str, metrics: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    """The task's headline metric from a run's final (or latest) metrics, or None."""
+    metrics = metrics or {}
+    for key in MAIN_METRICS.get(task, ()):
+        for candidate in (key, f"eval/{key}", f"eval_{key}"):
+            value = metrics.get(candidate)
+            if isinstance(value, (int, float)):
+                return key, float(value)
+    return None
+
+
+def format_metric(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return MISSING if value is None else str(value)
+    if value != value:
+        return "nan"
+    if abs(value) >= 1000 or value == int(value):
+        return f"{value:,.0f}" if abs(value) >= 1000 else str(int(value))
+    return f"{value:.4f}"
+
+
+def main_metric_text(task: str, metrics: Mapping[str, Any] | None) -> str:
+    found = main_metric(task, metrics)
+    return f"{found[0]} {format_metric(found[1])}" if found else MISSING
+
+
+def run_name(run: Mapping[str, Any]) -> str:
+    return run.get("name") or f"{run.get('task', 'run')} #{run.get('id')}"
+
+
+def dataset_name(run: Mapping[str, Any]) -> str:
+    dataset = run.get("dataset") or run.get("dataset_name")
+    if isinstance(dataset, Mapping):
+        dataset = dataset.get("name") or dataset.get("id")
+    if not dataset:
+        spec = run.get("spec") or {}
+        data = spec.get("data", {}) if isinstance(spec, Mapping) else {}
+        dataset = data.get("name") or data.get("dataset_id") or data.get("train_path")
+    return str(dataset) if dataset else MISSING
+
+
+def model_name(model: str | None) -> str:
+    """Local folders are shown by their last two path parts; catalogue names as they are."""
+    if not model:
+        return MISSING
+    parts = str(model).rstrip("/").split("/")
+    return "/".join(parts[-2:]) if str(model).startswith(("/", ".")) else str(model)
+
+
+def eta_text(run: Mapping[str, Any]) -> str:
+    status = run.get("status")
+    if status in ("queued",):
+        return "waiting"
+    if status not in ACTIVE_STATES:
+        return MISSING
+    return format_duration(run.get("eta_seconds"))
+
+
+def run_row(run: Any) -> list[Any]:
+    """One row of the Runs table; the column order is ``RUN_TABLE_HEADERS``."""
+    run = as_dict(run)
+    return [
+        run.get("id"),
+        run_name(run),
+        status_label(str(run.get("status", ""))),
+        progress_bar(run.get("progress")),
+        eta_text(run),
+        main_metric_text(str(run.get("task", "")), run.get("metrics")),
+        model_name(run.get("model")),
+        dataset_name(run),
+        format_time(run.get("created_at")),
+    ]
+
+
+def run_choice(run: Any) -> tuple[str, int]:
+    """A (label, id) pair for run pickers."""
+    run = as_dict(run)
+    return f"#{run.get('id')} {run_name(run)} · {run.get('status')}", int(run["id"])
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys: ``{"train": {"lr": 1}}`` → ``{"train.lr": 1}``. Lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """The keys whose values differ between ``configs``, each with its value per config.
+
+    A key missing from one config counts as different (its value is ``None``).
+    Keys come out sorted, so the diff reads the same way every time.
+    """
+    flats = [flatten(c) for c in configs]
+    keys = sorted(set().union(*flats)) if flats else []
+    diff = []
+    for key in keys:
+        values = [f.get(key) for f in flats]
+        if any(_canonical(v) != _canonical(values[0]) for v in values[1:]):
+            diff.append((key, values))
+    return diff
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def short_value(value: Any, limit: int = 60) -> str:
+    text = MISSING if value is None else (value if isinstance(value, str) else json.dumps(value, default=str))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def problems_rows(problems: Iterable[Any]) -> list[list[Any]]:
+    """Validation problems as table rows: severity, file, line, column/record, message, hint."""
+    rows = []
+    for problem in problems:
+        p = as_dict(problem)
+        where = p.get("column") or p.get("record") or ""
+        rows.append([p.get("severity", "error"), p.get("file", ""), p.get("line") if p.get("line") is not None else "",
+                     where, p.get("message", ""), p.get("hint", "")])
+    return rows
+
+
+PROBLEM_HEADERS = ["Severity", "File", "Line", "Column / record", "Problem", "How to fix"]
+
+
+def problems_markdown(problems: Sequence[Any], limit: int = 20) -> str:
+    """The problems as a short list that names file and line first, for the status box."""
+    lines = []
+    for problem in list(problems)[:limit]:
+        p = as_dict(problem)
+        where = p.get("file", "")
+        if p.get("line") is not None:
+            where += f", line {p['line']}"
+        if p.get("record") is not None:
+            where += f" (record {p['record']})"
+        if p.get("column"):
+            where += f", column `{p['column']}`"
+        text = f"- **{p.get('severity', 'error')}** · {html.escape(where)}: {html.escape(str(p.get('message', '')))}"
+        if p.get("hint"):
+            text += f" — {html.escape(str(p['hint']))}"
+        lines.append(text)
+    if len(problems) > limit:
+        lines.append(f"- … and {len(problems) - limit} more")
+    return "\n".join(lines)
