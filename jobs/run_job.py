@@ -1,0 +1,248 @@
+"""The training subprocess: ``python -m jobs.run_job RUN_ID --attempt N``.
+
+It opens the database from the ``WORKBENCH_*`` environment the worker passed
+down, resolves the run's data files and parent model, trains through
+``jobs.engine.run_training`` with a database-backed reporter, and records the
+outcome itself (conditional on still owning the attempt). The exit code tells
+the worker what happened; a process that dies without recording anything (a
+segfault, the OOM killer) is recorded by the worker from its exit signal.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from sqlalchemy import delete, select, update
+
+from jobs import queue
+from jobs.failures import describe_exception, log_tail
+from jobs.progress import Cancelled, Reporter
+from jobs.runner import PROCESS_LOG
+from jobs.spec import RunSpec
+from storage.db import Database
+from storage.models import CANCELLED, FAILED, SUCCEEDED, Artifact, MetricPoint, Run
+from workbench.context import Workbench
+from workbench.settings import Settings
+from workbench.errors import TrainingError
+
+log = logging.getLogger("jobs.run_job")
+
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED = 0, 2, 3, 4
+WRITE_INTERVAL_S = 1.0
+
+TrainFn = Callable[..., Mapping[str, Any]]
+
+
+def _is_rank_zero() -> bool:
+    """Under DDP every rank runs this module; only rank 0 talks to the database."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+class DbReporter:
+    """Writes progress, ETA and the latest metrics at most once per ``interval`` seconds, every metric
+    point to ``metric_points``, and reads the cancel flag at most once per ``interval``."""
+
+    def __init__(self, db: Database, run_id: int, attempt: int, interval: float = WRITE_INTERVAL_S):
+        self.db, self.run_id, self.attempt, self.interval = db, run_id, attempt, interval
+        self.enabled = _is_rank_zero()
+        self._parent = os.getppid()
+        self.orphaned = False
+        self._last_write = 0.0
+        self._last_cancel_check = 0.0
+        self._cancel = False
+        self._state: dict[str, Any] = {}
+        self._latest: dict[str, float] = {}
+        self._points: list[dict[str, Any]] = []
+        self._first: Optional[tuple[float, int]] = None  # (time, step) of this attempt's first step, for the ETA
+        self._cleared = False
+
+    def _owned(self):
+        return (Run.id == self.run_id) & (Run.attempts == self.attempt)
+
+    def _forget_replayed(self, step: int) -> None:
+        """A resumed attempt restarts after its checkpoint: drop the points the lost attempt logged past it."""
+        if self._cleared or self.attempt <= 1 or not self.enabled:
+            self._cleared = True
+            return
+        self._cleared = True
+        with self.db.session() as session:
+            session.execute(delete(MetricPoint).where(MetricPoint.run_id == self.run_id, MetricPoint.step >= step))
+
+    def progress(self, step: int, total_steps: int, epoch: float) -> None:
+        self._forget_replayed(step)
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (now, step)
+        eta = None
+        start_time, start_step = self._first
+        if step > start_step and total_steps:
+            eta = (now - start_time) / (step - start_step) * max(0, total_steps - step)
+        self._state = {"step": step, "total_steps": total_steps, "epoch": epoch, "eta_seconds": eta,
+                       "progress": min(1.0, step / total_steps) if total_steps else 0.0}
+        if now - self._last_write >= self.interval or step == total_steps:
+            self.flush()
+
+    def metrics(self, step: int, epoch: Optional[float], values: Mapping[str, float]) -> None:
+        self._forget_replayed(step)
+        for name, value in values.items():
+            value = float(value)
+            self._latest[name] = value
+            self._points.append({"run_id": self.run_id, "step": step, "epoch": epoch, "name": name, "value": value})
+        if time.monotonic() - self._last_write >= self.interval:
+            self.flush()
+
+    def info(self, values: Mapping[str, object]) -> None:
+        log.info("run facts: %s", dict(values))
+        total = values.get("total_steps")
+        if isinstance(total, int) and not self._state:
+            self._state = {"total_steps": total}
+
+    def cancel_requested(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_cancel_check >= self.interval:
+            self._last_cancel_check = now
+            if os.getppid() != self._parent:
+                # The worker died and PDEATHSIG was unavailable: stop at a checkpoint and leave the run
+                # to whichever worker takes over its lease.
+                self.orphaned = True
+            with self.db.session() as session:
+                row = session.execute(select(Run.cancel_requested, Run.attempts).where(Run.id == self.run_id)).first()
+            self.orphaned = self.orphaned or row is None or row.attempts != self.attempt
+            self._cancel = bool(row and row.cancel_requested)
+        return self._cancel or self.orphaned
+
+    def flush(self) -> None:
+        self._last_write = time.monotonic()
+        if not self.enabled:
+            self._points.clear()
+            return
+        with self.db.session() as session:
+            if self._points:
+                session.execute(MetricPoint.__table__.insert(), self._points)
+            values = dict(self._state)
+            if self._latest:
+                values["metrics"] = dict(self._latest)
+            if values:
+                session.execute(update(Run).where(self._owned()).values(**values)
+                                .execution_options(synchronize_session=False))
+        self._points = []
+
+
+def _dataset_files(wb: Workbench, dataset_id: str) -> tuple[str, Optional[str]]:
+    from workbench.services import datasets
+
+    train, validation = datasets.dataset_files(wb, dataset_id)
+    return str(train), (str(validation) if validation else None)
+
+
+def resolve_spec(wb: Workbench, spec: RunSpec) -> tuple[RunSpec, Optional[Path]]:
+    """Fill the data paths from the dataset store and find the parent model of a chained run."""
+    data = spec.data
+    if data.dataset_id:
+        train, validation = _dataset_files(wb, data.dataset_id)
+        data = dataclasses.replace(data, train_path=train, validation_path=data.validation_path or validation)
+    for path in (data.train_path, data.validation_path):
+        if path and not Path(path).is_file():
+            raise TrainingError(f"dataset file missing: {path}",
+                                "re-import the dataset, or mount the shared folder on this worker")
+    init_model = None
+    if spec.init_from_run is not None:
+        with wb.db.session() as session:
+            parent_dir = session.scalar(select(Run.output_dir).where(Run.id == spec.init_from_run))
+        init_model = Path(parent_dir or "") / "model"
+        if parent_dir is None or not init_model.exists():
+            raise TrainingError(f"run {spec.init_from_run} has no saved model to start from",
+                                "start from a run that succeeded, or from a base model")
+    return dataclasses.replace(spec, data=data), init_model
+
+
+def _record_artifacts(session, run_id: int, output_dir: Path) -> None:
+    kinds = {"model": "model", "metrics.json": "metrics", "tables.json": "tables",
+             "predictions.jsonl": "predictions", "train.log": "log", "checkpoints": "checkpoint"}
+    session.execute(delete(Artifact).where(Artifact.run_id == run_id))
+    for name, kind in kinds.items():
+        path = output_dir / name
+        if path.exists():
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+            session.add(Artifact(run_id=run_id, kind=kind, path=str(path), size_bytes=size))
+
+
+def _final_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
+    inner = result.get("metrics") if isinstance(result, Mapping) else None
+    return dict(inner) if isinstance(inner, Mapping) else dict(result or {})
+
+
+def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
+    """Run one attempt of one run and record its outcome; returns the process exit code."""
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        if run is None or run.attempts != attempt:
+            log.error("run %s attempt %s is not ours any more; nothing to do", run_id, attempt)
+            return EXIT_ORPHANED
+        raw_spec, output_dir = dict(run.spec), Path(run.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    reporter = DbReporter(wb.db, run_id, attempt)
+    spec = None
+    try:
+        spec = RunSpec.from_dict(raw_spec)
+        spec, init_model = resolve_spec(wb, spec)
+        log.info("run %s attempt %s: training %s on %s", run_id, attempt, spec.model, spec.data.train_path)
+        result = train_fn(spec, output_dir, reporter, device=wb.settings.device, init_model_path=init_model)
+    except Cancelled:
+        reporter.flush()
+        if reporter.orphaned:
+            log.warning("run %s: the worker is gone; stopped at a checkpoint for another worker to resume", run_id)
+            return EXIT_ORPHANED
+        if _is_rank_zero():
+            queue.finish(wb.db, run_id, attempt, CANCELLED, eta_seconds=None)
+        log.info("run %s cancelled at a checkpoint", run_id)
+        return EXIT_CANCELLED
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the run
+        log.exception("run %s failed", run_id)
+        reporter.flush()
+        batch_size = spec.train.batch_size if spec else None
+        message = describe_exception(exc, batch_size=batch_size, model=spec.model if spec else "")
+        if _is_rank_zero():
+            queue.finish(wb.db, run_id, attempt, FAILED, error=message, eta_seconds=None,
+                         error_detail=log_tail(output_dir / PROCESS_LOG))
+        return EXIT_FAILED
+    reporter.flush()
+    if _is_rank_zero():
+        with wb.db.session() as session:
+            _record_artifacts(session, run_id, output_dir)
+        queue.finish(wb.db, run_id, attempt, SUCCEEDED, metrics=_final_metrics(result), progress=1.0,
+                     eta_seconds=0.0)
+    log.info("run %s succeeded", run_id)
+    return EXIT_SUCCEEDED
+
+
+def _real_training(*args, **kwargs):
+    from jobs.engine import run_training  # torch is imported only in the training process
+
+    return run_training(*args, **kwargs)
+
+
+def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.run_job", description=__doc__.splitlines()[0])
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--attempt", type=int, required=True)
+    args, _ = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings.from_env()
+    # The worker already migrated the schema; N training processes need not check it again.
+    wb = Workbench(settings, Database(settings.database_url, migrate=False))
+    try:
+        return execute(wb, args.run_id, args.attempt, train_fn or _real_training)
+    finally:
+        wb.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

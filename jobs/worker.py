@@ -1,0 +1,243 @@
+"""The worker: claims runs from the queue and supervises one subprocess per run.
+
+``Worker.loop_once(now)`` is exactly one iteration — reap finished children,
+heartbeat, enforce the cancel timeout, take over expired leases, claim up to
+the free slots, launch — so tests drive it without sleeping. ``run_forever``
+repeats it with a back-off while the queue is empty. Each phase has its own
+catch-all: a database hiccup or a crashing child is logged and recorded on the
+run, never fatal to the worker.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from sqlalchemy import select
+
+from jobs import queue
+from jobs.failures import describe_exit, log_tail
+from jobs.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
+from jobs.spec import RunSpec
+from jobs.states import ACTIVE
+from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, Run, utcnow
+from workbench.context import Workbench
+
+log = logging.getLogger(__name__)
+
+BUSY_POLL_S = 0.5
+IDLE_BACKOFF_MAX_S = 5.0
+
+
+@dataclasses.dataclass
+class Slot:
+    job: Launch
+    handle: Handle
+    cancel_seen_at: Optional[dt.datetime] = None
+
+
+def detect_gpus(device: str = "auto") -> list[int]:
+    """The GPUs this worker may hand out: from the device setting, CUDA_VISIBLE_DEVICES, or nvidia-smi
+    (which is fast and does not load torch into a worker that never trains itself)."""
+    if device == "cpu":
+        return []
+    if device.startswith("cuda:"):
+        return [int(device.split(":", 1)[1])]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [i for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]
+
+
+class Worker:
+    def __init__(self, wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
+                 gpus: Optional[Sequence[int]] = None, *, worker_id: Optional[str] = None,
+                 max_attempts: int = queue.MAX_ATTEMPTS):
+        self.wb = wb
+        self.runner = runner or SubprocessRunner()
+        self.max_jobs = max_jobs or wb.settings.max_jobs
+        self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
+        self.worker_id = worker_id or queue.new_worker_id()
+        self.max_attempts = max_attempts
+        self.slots: dict[int, Slot] = {}
+        self._last_heartbeat: Optional[dt.datetime] = None
+        self._registered = False
+
+    # -- one iteration -------------------------------------------------------------------------
+    def loop_once(self, now: Optional[dt.datetime] = None) -> int:
+        """One pass over every duty; returns how many runs were launched."""
+        now = now or utcnow()
+        for phase in (self._reap, self._heartbeat, self._enforce_cancel, self._reclaim):
+            self._guarded(phase, now)
+        launched = self._guarded(self._claim_and_launch, now)
+        return launched or 0
+
+    def _guarded(self, phase: Callable[[dt.datetime], Optional[int]], now: dt.datetime) -> Optional[int]:
+        try:
+            return phase(now)
+        except Exception:  # noqa: BLE001 - the worker outlives any one failure
+            log.exception("worker %s: %s failed; continuing", self.worker_id, phase.__name__)
+            return None
+
+    def _reap(self, now: dt.datetime) -> None:
+        for run_id, slot in list(self.slots.items()):
+            code = slot.handle.poll()
+            if code is None:
+                continue
+            del self.slots[run_id]
+            self._settle(slot, code, now)
+
+    def _settle(self, slot: Slot, code: int, now: dt.datetime) -> None:
+        """The child exited. It normally recorded its own outcome; if it could not (signal, crash
+        before reporting) record one from the exit code and the log."""
+        job = slot.job
+        with self.wb.db.session() as session:
+            row = session.execute(select(Run.status, Run.attempts, Run.cancel_requested)
+                                  .where(Run.id == job.run_id)).first()
+        if row is None or row.attempts != job.attempt or row.status not in ACTIVE:
+            log.info("run %s attempt %s: process exited with %s", job.run_id, job.attempt, code)
+            return
+        tail = log_tail(job.output_dir / PROCESS_LOG)
+        if row.status == CANCELLING:
+            queue.finish(self.wb.db, job.run_id, job.attempt, CANCELLED, finished_at=now, eta_seconds=None)
+            return
+        message = describe_exit(code, tail, cancel_requested=row.cancel_requested)
+        log.warning("run %s attempt %s: %s", job.run_id, job.attempt, message)
+        queue.finish(self.wb.db, job.run_id, job.attempt, FAILED, finished_at=now, error=message,
+                     error_detail=tail, eta_seconds=None)
+
+    def _heartbeat(self, now: dt.datetime) -> None:
+        interval = dt.timedelta(seconds=self.wb.settings.heartbeat_seconds)
+        if self._last_heartbeat is not None and now - self._last_heartbeat < interval:
+            return
+        if not self._registered:
+            queue.register_worker(self.wb.db, self.worker_id, self.max_jobs, ",".join(map(str, self.gpus)), now)
+            self._registered = True
+        else:
+            queue.worker_heartbeat(self.wb.db, self.worker_id, now)
+        queue.heartbeat(self.wb.db, self.worker_id, self.slots, now)
+        self._last_heartbeat = now
+
+    def _enforce_cancel(self, now: dt.datetime) -> None:
+        if not self.slots:
+            return
+        with self.wb.db.session() as session:
+            cancelling = set(session.scalars(select(Run.id).where(Run.id.in_(list(self.slots)),
+                                                                  Run.status == CANCELLING)))
+        timeout = dt.timedelta(seconds=self.wb.settings.cancel_timeout_seconds)
+        for run_id in cancelling:
+            slot = self.slots[run_id]
+            slot.cancel_seen_at = slot.cancel_seen_at or now
+            if now - slot.cancel_seen_at >= timeout:
+                log.warning("run %s did not stop within %.0f s of its cancel; killing it", run_id, timeout.seconds)
+                slot.handle.kill()
+
+    def _reclaim(self, now: dt.datetime) -> None:
+        queue.reclaim_expired(self.wb.db, self.wb.settings.lease_seconds, now, self.max_attempts)
+
+    def _free_gpus(self) -> list[int]:
+        busy = {g for slot in self.slots.values() for g in slot.job.gpus}
+        return [g for g in self.gpus if g not in busy]
+
+    def _claim_and_launch(self, now: dt.datetime) -> int:
+        launched = 0
+        while len(self.slots) < self.max_jobs and (not self.gpus or self._free_gpus()):
+            claimed = queue.claim(self.wb.db, self.worker_id, now)
+            if claimed is None:
+                break
+            self._launch(claimed, now)
+            launched += 1
+        return launched
+
+    def _launch(self, claimed: queue.ClaimedRun, now: dt.datetime) -> None:
+        free = self._free_gpus()
+        wanted = max(1, int(claimed.spec.get("gpus") or 1))
+        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in docs/queue.md).
+        job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), tuple(free[:wanted]))
+        try:
+            RunSpec.from_dict(claimed.spec)
+            env = {**os.environ, **self.wb.settings.as_env()}
+            handle = self.runner.launch(job, env)
+        except Exception as exc:  # noqa: BLE001 - a run that cannot start fails; the worker goes on
+            log.exception("run %s: could not start", claimed.id)
+            queue.finish(self.wb.db, claimed.id, claimed.attempt, FAILED, finished_at=now,
+                         error=f"the training process could not start: {exc}")
+            return
+        self.slots[claimed.id] = Slot(job, handle)
+        queue.set_launched(self.wb.db, claimed.id, claimed.attempt, handle.pid, job.device)
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def run_forever(self, stop: Optional[threading.Event] = None) -> None:
+        """Loop until ``stop`` is set, sleeping longer while the queue stays empty."""
+        stop = stop or threading.Event()
+        idle_sleep = BUSY_POLL_S
+        log.info("worker %s: up to %d job(s) at once, GPUs: %s", self.worker_id, self.max_jobs,
+                 ",".join(map(str, self.gpus)) or "none (CPU)")
+        try:
+            while not stop.is_set():
+                try:
+                    launched = self.loop_once()
+                except Exception:  # noqa: BLE001
+                    log.exception("worker %s: iteration failed", self.worker_id)
+                    launched = 0
+                idle_sleep = BUSY_POLL_S if (launched or self.slots) else min(IDLE_BACKOFF_MAX_S, idle_sleep * 1.5)
+                stop.wait(idle_sleep)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop this worker's children and hand their runs back at once, rather than after a lease:
+        the next worker resumes them from their last checkpoint."""
+        for run_id, slot in list(self.slots.items()):
+            slot.handle.kill()
+            try:
+                with self.wb.db.session() as session:
+                    status = session.scalar(select(Run.status).where(Run.id == run_id,
+                                                                    Run.attempts == slot.job.attempt))
+                if status in ACTIVE:
+                    target = CANCELLED if status == CANCELLING else QUEUED
+                    queue.release(self.wb.db, run_id, slot.job.attempt, status, target)
+            except Exception:  # noqa: BLE001
+                log.exception("run %s: could not hand back; its lease will expire instead", run_id)
+        self.slots.clear()
+        try:
+            queue.unregister_worker(self.wb.db, self.worker_id)
+        except Exception:  # noqa: BLE001
+            log.exception("worker %s: could not unregister", self.worker_id)
+
+
+class EmbeddedWorker:
+    """A worker on a daemon thread of another process (``workbench serve``, ``train --wait``)."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=worker.run_forever, args=(self._stop,), name="workbench-worker",
+                                       daemon=True)
+
+    def start(self) -> "EmbeddedWorker":
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.thread.join(timeout)
+
+
+def start_embedded_worker(wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
+                          gpus: Optional[Sequence[int]] = None) -> EmbeddedWorker:
+    """Start a worker thread; call ``.stop()`` on the handle at shutdown."""
+    return EmbeddedWorker(Worker(wb, runner, max_jobs, gpus)).start()
+
