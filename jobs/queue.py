@@ -59,11 +59,14 @@ def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Option
         return run.id
 
 
-def claim(db: Database, worker_id: str, now: Optional[dt.datetime] = None) -> Optional[ClaimedRun]:
-    """Atomically take the best queued run for ``worker_id``, or None when the queue is empty."""
+def claim(db: Database, worker_id: str, now: Optional[dt.datetime] = None,
+          only: Optional[Iterable[int]] = None) -> Optional[ClaimedRun]:
+    """Atomically take the best queued run for ``worker_id`` (among ``only`` when given), or None."""
     now = now or utcnow()
-    pick = (select(Run.id).where(Run.status == QUEUED)
-            .order_by(Run.priority.desc(), Run.id).limit(1))
+    pick = select(Run.id).where(Run.status == QUEUED)
+    if only is not None:
+        pick = pick.where(Run.id.in_(list(only)))
+    pick = pick.order_by(Run.priority.desc(), Run.id).limit(1)
     if not db.is_sqlite:
         # Concurrent claimers skip the row another transaction holds instead of waiting for it.
         pick = pick.with_for_update(skip_locked=True)

@@ -64,13 +64,15 @@ def detect_gpus(device: str = "auto") -> list[int]:
 class Worker:
     def __init__(self, wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
                  gpus: Optional[Sequence[int]] = None, *, worker_id: Optional[str] = None,
-                 max_attempts: int = queue.MAX_ATTEMPTS):
+                 max_attempts: int = queue.MAX_ATTEMPTS, only_runs: Optional[Sequence[int]] = None):
         self.wb = wb
         self.runner = runner or SubprocessRunner()
         self.max_jobs = max_jobs or wb.settings.max_jobs
         self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
         self.worker_id = worker_id or queue.new_worker_id()
         self.max_attempts = max_attempts
+        # `train --wait` without a live worker runs just its own run in-process, not the whole queue.
+        self.only_runs = list(only_runs) if only_runs is not None else None
         self.slots: dict[int, Slot] = {}
         self._last_heartbeat: Optional[dt.datetime] = None
         self._registered = False
@@ -154,7 +156,7 @@ class Worker:
     def _claim_and_launch(self, now: dt.datetime) -> int:
         launched = 0
         while len(self.slots) < self.max_jobs and (not self.gpus or self._free_gpus()):
-            claimed = queue.claim(self.wb.db, self.worker_id, now)
+            claimed = queue.claim(self.wb.db, self.worker_id, now, self.only_runs)
             if claimed is None:
                 break
             self._launch(claimed, now)
@@ -237,7 +239,8 @@ class EmbeddedWorker:
 
 
 def start_embedded_worker(wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
-                          gpus: Optional[Sequence[int]] = None) -> EmbeddedWorker:
+                          gpus: Optional[Sequence[int]] = None,
+                          only_runs: Optional[Sequence[int]] = None) -> EmbeddedWorker:
     """Start a worker thread; call ``.stop()`` on the handle at shutdown."""
-    return EmbeddedWorker(Worker(wb, runner, max_jobs, gpus)).start()
+    return EmbeddedWorker(Worker(wb, runner, max_jobs, gpus, only_runs=only_runs)).start()
 

@@ -1,0 +1,108 @@
+"""`workbench runs list|show|cancel|retry|logs`: the queue from a terminal or a script.
+
+The JSON output is a contract scripts depend on (see docs/queue.md): `runs show --json`
+always has `id`, `status`, `progress` (0..1), `metrics` and `error`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+
+from workbench.cli import emit, runs_app
+from workbench.context import open_workbench
+from workbench.services import runs as runs_service
+
+
+def _format_row(run: dict) -> str:
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(run["metrics"].items())
+                        if isinstance(v, (int, float)) and not k.startswith("train/"))[:60]
+    progress = f"{run['progress'] * 100:5.1f}%"
+    return f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
+
+
+@runs_app.command("list")
+def list_(status: Optional[str] = typer.Option(None, help="Only runs in this status (queued, running, ...)."),
+          search: Optional[str] = typer.Option(None, help="Filter by name, model, task or dataset."),
+          limit: int = typer.Option(100, help="At most this many runs, newest first."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON (a list of runs).")) -> None:
+    """List runs, newest first."""
+    wb = open_workbench()
+    try:
+        rows = runs_service.list_runs(wb, status=status, search=search, limit=limit)
+    finally:
+        wb.close()
+    text = "\n".join([f"{'id':>5}  {'status':<10} {'done':>6}  {'task':<22} {'model':<30} metrics"]
+                     + [_format_row(r) for r in rows]) if rows else "no runs"
+    emit(rows, as_json, text)
+
+
+@runs_app.command()
+def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
+    """Everything about one run: status, progress, metrics, error."""
+    wb = open_workbench()
+    try:
+        run = runs_service.get_run(wb, run_id)
+    finally:
+        wb.close()
+    lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, step {run['step']}/{run['total_steps']})",
+             f"task {run['task']}, model {run['model']}, device {run['device'] or '-'}, attempts {run['attempts']}"]
+    lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items())]
+    if run["error"]:
+        lines.append(f"error: {run['error']}")
+    emit(run, as_json, "\n".join(lines))
+
+
+@runs_app.command()
+def cancel(run_id: int) -> None:
+    """Cancel a run (a running one stops at its next step and keeps a checkpoint)."""
+    wb = open_workbench()
+    try:
+        status = runs_service.cancel_run(wb, run_id)
+    finally:
+        wb.close()
+    typer.echo(f"run {run_id}: {status}")
+
+
+@runs_app.command()
+def retry(run_id: int) -> None:
+    """Queue a failed or cancelled run again; it resumes from its last checkpoint."""
+    wb = open_workbench()
+    try:
+        runs_service.retry_run(wb, run_id)
+    finally:
+        wb.close()
+    typer.echo(f"run {run_id}: queued")
+
+
+@runs_app.command()
+def logs(run_id: int, tail: int = typer.Option(200, help="How many lines to print first."),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends.")) -> None:
+    """Print the run's log (the training process's output)."""
+    wb = open_workbench()
+    try:
+        text = runs_service.run_logs(wb, run_id, tail)
+        if text:
+            typer.echo(text)
+        if follow:
+            _follow(wb, run_id)
+    finally:
+        wb.close()
+
+
+def _follow(wb, run_id: int) -> None:
+    path = runs_service.run_log_path(wb, run_id)
+    position = path.stat().st_size if path and path.exists() else 0
+    while True:
+        finished = runs_service.get_run(wb, run_id)["status"] in runs_service.TERMINAL
+        if path and path.exists():
+            with open(path, "rb") as fh:
+                fh.seek(position)
+                chunk = fh.read()
+                position += len(chunk)
+            if chunk:
+                typer.echo(chunk.decode("utf-8", "replace"), nl=False)
+        if finished:
+            return
+        time.sleep(0.5)

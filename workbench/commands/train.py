@@ -1,0 +1,133 @@
+"""`workbench train`: queue a fine-tuning run from flags or a YAML run spec, optionally wait for it."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from workbench.cli import app, emit
+from workbench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def _load_config(path: Optional[Path]) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read the run spec {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a run spec is a mapping (task:, data:, train:, ...)")
+    return raw
+
+
+def _dataset_id(wb, value: str, task: str) -> str:
+    """A file or folder is imported through the dataset store first; anything else is a dataset id."""
+    from workbench.services import datasets
+
+    if Path(value).exists():
+        imported = datasets.import_dataset(wb, Path(value), task)
+        return imported["id"] if isinstance(imported, dict) else getattr(imported, "id", imported)
+    dataset = datasets.get_dataset(wb, value)
+    return dataset["id"] if isinstance(dataset, dict) else getattr(dataset, "id", value)
+
+
+def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epochs, lr, batch_size, max_length,
+               lora):
+    """Config file first, flags over it; data paths become dataset ids."""
+    from jobs.spec import RunSpec
+    from workbench.services import datasets
+
+    raw = dict(config)
+    train = dict(raw.get("train") or {})
+    data_spec = dict(raw.get("data") or {})
+    raw["task"] = task or raw.get("task")
+    if not raw["task"]:
+        raise ConfigError("give --task (or task: in the --config file)")
+    if model:
+        raw["model"] = model
+    for key, value in (("epochs", epochs), ("learning_rate", lr), ("batch_size", batch_size),
+                       ("max_length", max_length)):
+        if value is not None:
+            train[key] = value
+    if lora:
+        raw["lora"] = {**(raw.get("lora") or {}), "enabled": True}
+    if data:
+        data_spec = {"dataset_id": _dataset_id(wb, data, raw["task"])}
+    if eval_data:
+        eval_id = _dataset_id(wb, eval_data, raw["task"])
+        data_spec["validation_path"] = str(datasets.dataset_files(wb, eval_id)[0])
+    if not data_spec:
+        raise ConfigError("give --data (a file, a folder or a dataset id), or data: in the --config file")
+    raw["train"], raw["data"] = train, data_spec
+    return RunSpec.from_dict(raw)
+
+
+@app.command()
+def train(
+    task: Optional[str] = typer.Option(None, help="text-classification, token-classification, question-answering "
+                                                  "or masked-lm."),
+    data: Optional[str] = typer.Option(None, help="Training data: a file/folder (imported first) or a dataset id."),
+    eval_data: Optional[str] = typer.Option(None, "--eval", help="Validation data: a file or a dataset id."),
+    model: Optional[str] = typer.Option(None, help="Model name or local folder (default: the packaged MiniLM)."),
+    epochs: Optional[float] = typer.Option(None),
+    lr: Optional[float] = typer.Option(None, help="Learning rate."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    lora: bool = typer.Option(False, "--lora", help="Train LoRA adapters instead of all weights."),
+    config: Optional[Path] = typer.Option(None, help="A YAML run spec; flags override it."),
+    wait: bool = typer.Option(False, "--wait", help="Block until the run ends and print its final record."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}."),
+) -> None:
+    """Queue a fine-tuning run and print its id (with --wait: train, then print the result)."""
+    from jobs import queue
+    from workbench.context import open_workbench
+    from workbench.services import runs
+
+    wb = open_workbench()
+    try:
+        spec = build_spec(wb, _load_config(config), task=task, data=data, eval_data=eval_data, model=model,
+                          epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora)
+        run_id = runs.submit_run(wb, spec)
+        if not wait:
+            emit({"id": run_id, "status": "queued"}, as_json, str(run_id))
+            return
+        if not as_json:
+            typer.echo(str(run_id))
+        record = _wait(wb, run_id, queue, runs)
+    finally:
+        wb.close()
+    final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
+             "output_dir": record["output_dir"]}
+    metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))
+    emit(final, as_json, f"run {run_id}: {record['status']}" + (f"\n{metrics}" if metrics else "")
+         + (f"\nerror: {record['error']}" if record["error"] else ""))
+    if record["status"] != "succeeded":
+        raise typer.Exit(1)
+
+
+def _wait(wb, run_id: int, queue, runs) -> dict[str, Any]:
+    """Wait for a worker; with none alive, train this one run in-process so the command still completes."""
+    from jobs.worker import start_embedded_worker
+
+    recent = max(15.0, 3 * wb.settings.heartbeat_seconds)
+    embedded = None
+    if queue.live_workers(wb.db, recent) == 0:
+        typer.echo(f"no worker has been seen in the last {recent:.0f} s; training run {run_id} in this process",
+                   err=True)
+        embedded = start_embedded_worker(wb, max_jobs=1, only_runs=[run_id])
+    try:
+        return runs.wait_for_run(wb, run_id)
+    except KeyboardInterrupt:
+        runs.cancel_run(wb, run_id)
+        typer.echo(f"run {run_id}: cancel requested", err=True)
+        raise
+    finally:
+        if embedded is not None:
+            embedded.stop()

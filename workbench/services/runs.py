@@ -1,0 +1,210 @@
+"""Runs: submit, list, inspect, cancel, retry, clone, continue, delete, wait.
+
+The functions the UI, the CLI and the tests call. They return plain dicts
+(JSON-ready) and raise ``workbench.errors``; no gradio here. The queue mechanics
+(claims, leases) are in ``jobs.queue``; this module adds the user's view of them.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from sqlalchemy import String, cast, func, or_, select
+
+from jobs import queue
+from jobs.failures import log_tail
+from jobs.runner import PROCESS_LOG
+from jobs.spec import RunSpec
+from jobs.states import ACTIVE, TERMINAL
+from storage.models import QUEUED, SUCCEEDED, Dataset, MetricPoint, Run
+from workbench.context import Workbench
+from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
+
+# Columns of the runs table view: everything a row shows, nothing it does not (no spec, no error_detail).
+_LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress, Run.step, Run.total_steps,
+                 Run.epoch, Run.eta_seconds, Run.metrics, Run.error, Run.device, Run.attempts, Run.created_at,
+                 Run.started_at, Run.finished_at, Run.dataset_id)
+_ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
+           "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress}
+
+
+def _iso(value: Optional[dt.datetime]) -> Optional[str]:
+    return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
+def _row_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("created_at", "started_at", "finished_at", "heartbeat_at"):
+        if key in out:
+            out[key] = _iso(out[key])
+    out["metrics"] = out.get("metrics") or {}
+    out["progress"] = float(out.get("progress") or 0.0)
+    return out
+
+
+def _require(session, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist; `workbench runs list` shows the runs there are")
+    return run
+
+
+def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0) -> int:
+    """Queue a run; a worker picks it up. Returns its id."""
+    with wb.db.session() as session:
+        if spec.data.dataset_id and session.get(Dataset, spec.data.dataset_id) is None:
+            raise NotFound(f"dataset {spec.data.dataset_id} does not exist; import it first")
+        if not spec.data.dataset_id and not spec.data.train_path:
+            raise ConfigError("the run has no training data: give a dataset id or a train file")
+        if spec.init_from_run is not None:
+            _require(session, spec.init_from_run)
+    return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority)
+
+
+def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str] = None,
+              order_by: str = "-created_at", limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest)."""
+    descending = order_by.startswith("-")
+    column = _ORDERS.get(order_by.lstrip("-"))
+    if column is None:
+        raise ConfigError(f"cannot order runs by {order_by!r}; choose one of {', '.join(sorted(_ORDERS))}")
+    stmt = select(*_LIST_COLUMNS, Dataset.name.label("dataset")).outerjoin(Dataset, Run.dataset_id == Dataset.id)
+    if status:
+        stmt = stmt.where(Run.status == status)
+    if search:
+        like = f"%{search.lower()}%"
+        stmt = stmt.where(or_(func.lower(Run.name).like(like), func.lower(Run.model).like(like),
+                              func.lower(Run.task).like(like), func.lower(Dataset.name).like(like),
+                              cast(Run.id, String) == search.strip()))
+    stmt = stmt.order_by(column.desc() if descending else column, Run.id.desc() if descending else Run.id)
+    with wb.db.session() as session:
+        rows = session.execute(stmt.limit(limit).offset(offset)).mappings().all()
+    return [_row_dict(row) for row in rows]
+
+
+def count_runs(wb: Workbench) -> dict[str, int]:
+    """How many runs are in each status (for a summary line)."""
+    with wb.db.session() as session:
+        return dict(session.execute(select(Run.status, func.count()).group_by(Run.status)).all())
+
+
+def get_run(wb: Workbench, run_id: int) -> dict[str, Any]:
+    """Everything about one run, as a JSON-ready dict."""
+    with wb.db.session() as session:
+        run = _require(session, run_id)
+        dataset = session.get(Dataset, run.dataset_id).name if run.dataset_id else None
+        record = {c.key: getattr(run, c.key) for c in Run.__table__.columns}
+        record.update(dataset=dataset, artifacts=[{"kind": a.kind, "path": a.path, "size_bytes": a.size_bytes}
+                                                  for a in run.artifacts])
+    return _row_dict(record)
+
+
+def run_curves(wb: Workbench, run_id: int) -> dict[str, list[dict[str, Any]]]:
+    """Every logged curve: ``{"train/loss": [{"step", "epoch", "value"}, ...], ...}`` in step order."""
+    with wb.db.session() as session:
+        _require(session, run_id)
+        rows = session.execute(select(MetricPoint.name, MetricPoint.step, MetricPoint.epoch, MetricPoint.value)
+                               .where(MetricPoint.run_id == run_id)
+                               .order_by(MetricPoint.name, MetricPoint.step, MetricPoint.id)).all()
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for name, step, epoch, value in rows:
+        curves.setdefault(name, []).append({"step": step, "epoch": epoch, "value": value})
+    return curves
+
+
+def run_log_path(wb: Workbench, run_id: int) -> Optional[Path]:
+    """The run's process log: everything its training process wrote (engine log lines and tracebacks)."""
+    with wb.db.session() as session:
+        output_dir = _require(session, run_id).output_dir
+    return Path(output_dir) / PROCESS_LOG if output_dir else None
+
+
+def run_logs(wb: Workbench, run_id: int, tail: int = 200) -> str:
+    path = run_log_path(wb, run_id)
+    return log_tail(path, tail) if path else ""
+
+
+def cancel_run(wb: Workbench, run_id: int) -> str:
+    """Cancel: a queued run at once; a running one stops at its next step with a checkpoint
+    (killed after ``cancel_timeout_seconds`` if it does not). Returns the new status."""
+    return queue.request_cancel(wb.db, run_id)
+
+
+def retry_run(wb: Workbench, run_id: int) -> int:
+    """Queue a failed or cancelled run again, under the same id; it resumes from its last checkpoint."""
+    queue.requeue(wb.db, run_id)
+    return run_id
+
+
+def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def clone_run(wb: Workbench, run_id: int, changes: Mapping[str, Any] | None = None) -> int:
+    """A new queued run with the spec of ``run_id`` and ``changes`` applied, nested like the spec:
+    ``{"train": {"learning_rate": 1e-5}, "model": "bert-base-uncased"}``."""
+    with wb.db.session() as session:
+        spec = dict(_require(session, run_id).spec)
+    return submit_run(wb, RunSpec.from_dict(_merge(spec, changes or {})), parent_run_id=run_id)
+
+
+def continue_run(wb: Workbench, run_id: int, extra_epochs: float) -> int:
+    """Train a finished run's model for ``extra_epochs`` more epochs, as a new run.
+
+    The new run starts from the saved model's weights (``init_from_run``) with a fresh optimizer and
+    schedule over the extra epochs, and no warm-up: the finished run's schedule ended at a learning rate
+    of zero, so "continuing" it would not train at all.
+    """
+    if extra_epochs <= 0:
+        raise ConfigError("the number of extra epochs must be positive")
+    with wb.db.session() as session:
+        run = _require(session, run_id)
+        if run.status != SUCCEEDED:
+            raise InvalidState(f"run {run_id} is {run.status}; only a succeeded run can be continued "
+                               "(retry a failed or cancelled one instead)")
+        spec = dict(run.spec)
+        name = run.name or f"run {run_id}"
+    changes = {"init_from_run": run_id, "name": f"{name} (+{extra_epochs:g} epochs)",
+               "train": {"epochs": extra_epochs, "warmup_ratio": 0.0, "max_steps": None}}
+    return submit_run(wb, RunSpec.from_dict(_merge(spec, changes)), parent_run_id=run_id)
+
+
+def delete_run(wb: Workbench, run_id: int) -> None:
+    """Delete a finished or queued run, its curves and its files. Refused while it runs, or while
+    a queued or running run still needs its model; never changes any other run's status."""
+    with wb.db.session() as session:
+        run = _require(session, run_id)
+        if run.status in ACTIVE:
+            raise InvalidState(f"run {run_id} is {run.status}; cancel it first, then delete it")
+        dependants = [r.id for r in session.execute(select(Run.id, Run.spec).where(
+            Run.status.in_((QUEUED, *ACTIVE)), Run.id != run_id)) if (r.spec or {}).get("init_from_run") == run_id]
+        if dependants:
+            raise InvalidState(f"run {run_id} is the starting model of run(s) {', '.join(map(str, dependants))}; "
+                               "wait for them or cancel them first")
+        output_dir = Path(run.output_dir) if run.output_dir else None
+        session.delete(run)
+    runs_dir = wb.settings.runs_dir.resolve()
+    if output_dir and output_dir.resolve().parent == runs_dir:
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def wait_for_run(wb: Workbench, run_id: int, timeout: Optional[float] = None, poll: float = 0.5) -> dict[str, Any]:
+    """Block until the run is succeeded, failed or cancelled; return its record."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        record = get_run(wb, run_id)
+        if record["status"] in TERMINAL:
+            return record
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WorkbenchError(f"run {run_id} is still {record['status']} after {timeout:g} s")
+        time.sleep(poll)
