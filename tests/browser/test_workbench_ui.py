@@ -1,0 +1,134 @@
+"""The workbench in real Chromium: data upload, a broken file, a training run, comparison, login.
+
+One server (module scope) serves the first four tests in order: the run trained in
+the third is compared in the fourth. Screenshots of each tab go to tests/artifacts.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser.conftest import Server, screenshot, tiny_model
+from tests.conftest import DATA_DIR
+
+pytestmark = pytest.mark.browser
+UI_DATA = DATA_DIR / "ui"
+RUN_TIMEOUT_MS = 180_000
+
+
+def open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def choose(page, elem_id: str, value: str) -> None:
+    """Pick a value in a gr.Dropdown (also a custom value where allowed)."""
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(value)
+    box.press("Enter")
+
+
+def upload_and_wait(page, path) -> None:
+    page.locator("#data-upload input[type=file]").set_input_files(str(path))
+    page.wait_for_function("() => { const s = document.querySelector('#data-status');"
+                           " return s && /✅|❌/.test(s.innerText); }", timeout=60_000)
+
+
+def test_upload_sms_shows_preview_and_label_plot(server, page):
+    page.goto(server.url)
+    upload_and_wait(page, UI_DATA / "sms_sample.csv")
+    status = page.locator("#data-status").inner_text()
+    assert "✅" in status and "csv" in status.lower() and "60" in status
+    preview = page.locator("#data-preview")
+    preview.get_by_text("spam", exact=True).first.wait_for()
+    assert "Free Top ringtone" in preview.inner_text()
+    plot = page.locator("#data-labels")
+    plot.locator("canvas, svg").first.wait_for(timeout=30_000)
+    page.locator("#data-import").click()
+    page.get_by_text(re.compile("Imported as")).wait_for(timeout=60_000)
+    page.locator("#data-datasets").get_by_text("sms_sample", exact=False).first.wait_for()
+    screenshot(page, "data")
+
+
+def test_broken_csv_shows_the_line_number(server, page):
+    page.goto(server.url)
+    upload_and_wait(page, UI_DATA / "broken.csv")
+    status = page.locator("#data-status").inner_text()
+    assert "❌" in status
+    assert re.search(r"broken\.csv, line 4", status), status
+    problems = page.locator("#data-problems")
+    problems.wait_for()
+    assert "4" in problems.inner_text()
+    screenshot(page, "data-error")
+
+
+def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory):
+    model = tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert")
+    page.goto(server.url)
+    open_tab(page, "Train")
+    page.locator("#train-dataset input").wait_for()
+    page.wait_for_function("() => document.querySelector('#train-dataset input').value.includes('sms_sample')",
+                           timeout=30_000)
+    choose(page, "train-model", str(model))
+    page.get_by_label("quick").check()
+    page.get_by_text("Advanced hyper-parameters").click()
+    steps = page.locator("#train-max-steps input")
+    steps.fill("6")
+    steps.press("Tab")
+    page.wait_for_function("() => document.querySelector('#train-spec').innerText.includes('\"max_steps\": 6')",
+                           timeout=30_000)
+    assert "tiny-bert" in page.locator("#train-spec").inner_text()
+    screenshot(page, "train")
+    page.locator("#train-submit").click()
+    # Submit moves to the Runs tab with the new run selected; the timer keeps it fresh.
+    page.wait_for_function("() => document.querySelector('#runs-selected input').value === '1'", timeout=30_000)
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=RUN_TIMEOUT_MS)
+    page.locator("#run-loss canvas, #run-loss svg").first.wait_for(timeout=30_000)
+    assert "succeeded" in page.locator("#runs-table").inner_text()
+    screenshot(page, "runs")
+
+
+def test_compare_two_runs_shows_the_config_diff(server, page):
+    from workbench.context import open_workbench
+    from workbench.services import runs as runs_service
+    from workbench.settings import Settings
+
+    wb = open_workbench(Settings.from_env(server.env))
+    try:
+        runs_service.clone_run(wb, 1, {"train": {"learning_rate": 0.0003}, "name": "faster lr"})
+    finally:
+        wb.close()
+    page.goto(server.url)
+    open_tab(page, "Compare")
+    for label in ("#1", "#2"):
+        choose(page, "compare-runs", label)
+    page.locator("#compare-go").click()
+    diff = page.locator("#compare-diff")
+    diff.get_by_text("train.learning_rate").wait_for(timeout=30_000)
+    text = diff.inner_text()
+    assert "0.0003" in text and "name" in text
+    assert "train.seed" not in text  # only what differs
+    screenshot(page, "compare")
+
+
+def test_auth_asks_for_a_login(tmp_path, browser):
+    server = Server(tmp_path / "home", {"WORKBENCH_AUTH": "alice:wonderland"})
+    try:
+        context = browser.new_context(viewport={"width": 1100, "height": 700})
+        page = context.new_page()
+        page.goto(server.url)
+        password = page.locator("input[type=password]")
+        password.wait_for(timeout=30_000)
+        assert page.locator("#tab-data").count() == 0
+        screenshot(page, "login", full_page=False)
+        page.locator("input[type=text]").first.fill("alice")
+        password.fill("wrong")
+        page.get_by_role("button", name=re.compile("login", re.I)).click()
+        page.get_by_text(re.compile("incorrect", re.I)).wait_for(timeout=15_000)
+        password.fill("wonderland")
+        page.get_by_role("button", name=re.compile("login", re.I)).click()
+        page.get_by_role("tab", name="Data").wait_for(timeout=30_000)
+        context.close()
+    finally:
+        server.stop()

@@ -1,0 +1,69 @@
+"""The workbench page: four tabs and the few events that cross between them.
+
+``build_ui(wb)`` returns the ``gr.Blocks``; ``workbench.server.create_app`` mounts it.
+Everything shown is read from the database on page load and on timer ticks, so a
+refresh or a second browser shows the same state.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from workbench.context import Workbench
+from workbench.ui import compare_tab, data_tab, runs_tab, train_tab
+
+THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate")
+CSS = """
+.wb-muted { color: var(--body-text-color-subdued); font-size: 0.92em; }
+.wb-progress { position: relative; height: 22px; border-radius: 6px; background: var(--neutral-200);
+  overflow: hidden; margin: 6px 0; }
+.wb-progress-fill { position: absolute; inset: 0 auto 0 0; transition: width .6s ease; }
+.wb-progress span { position: relative; padding-left: 8px; font-size: 0.85em; line-height: 22px;
+  color: var(--neutral-900); font-weight: 600; }
+.wb-error { border-left: 4px solid #dc2626; padding: 6px 10px; margin-top: 6px; background: #fef2f2;
+  color: #7f1d1d; white-space: pre-wrap; }
+.wb-confusion table { border-collapse: collapse; font-size: 0.85em; }
+.wb-confusion th, .wb-confusion td { border: 1px solid var(--neutral-200); padding: 4px 8px; text-align: right; }
+#wb-title h1 { margin-bottom: 0; }
+"""
+
+
+def build_ui(wb: Workbench) -> gr.Blocks:
+    """The whole workbench page for ``wb``."""
+    with gr.Blocks(title="BERT Workbench", analytics_enabled=False) as demo:
+        gr.Markdown("# BERT Workbench\nUpload a file · start a run · watch it learn · compare · share",
+                    elem_id="wb-title")
+        with gr.Tabs(selected="data") as tabs:
+            with gr.Tab("Data", id="data", elem_id="tab-data"):
+                data = data_tab.build(wb)
+            with gr.Tab("Train", id="train", elem_id="tab-train"):
+                train = train_tab.build(wb)
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
+                runs = runs_tab.build(wb)
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
+                compare = compare_tab.build(wb)
+
+        # Submit → the Runs tab with the new run selected.
+        train.submit_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [train.submitted_id],
+                                   [tabs, runs.run_id])
+
+        # Data → Train with the chosen dataset.
+        def use_dataset(dataset_id, task):
+            if not dataset_id:
+                raise gr.Error("Pick a dataset first (click its row).")
+            choices = train_tab.dataset_choices(wb, task)
+            return gr.Tabs(selected="train"), task, gr.update(choices=choices, value=dataset_id.strip())
+
+        data.use_dataset.click(lambda: None, None, [train.clone_of])
+        data.use_dataset.click(use_dataset, [data.selected_dataset, data.task], [tabs, train.task, train.dataset])
+
+        # Runs → Train, pre-filled with the run's spec (clone and edit).
+        runs.clone.click(lambda rid: (gr.Tabs(selected="train"), rid), [runs.run_id], [tabs, train.clone_of])
+        runs.clone_spec.change(lambda spec: train.fill(wb, spec) if spec else [gr.skip()] * len(train.fields),
+                               [runs.clone_spec], train.fields)
+
+        demo.load(lambda: data_tab.refresh(wb), None, [data.datasets])
+        demo.load(train.on_load, train.fields, [train.dataset, train.spec_view, train.facts])
+        load_fn, load_inputs = runs.on_load
+        demo.load(load_fn, load_inputs, runs.load_outputs)
+        demo.load(compare["on_load"], None, [compare["picker"]])
+    return demo

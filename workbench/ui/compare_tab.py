@@ -1,0 +1,100 @@
+"""Compare tab: two or more runs side by side — metrics, overlaid curves, config diff, per-class scores."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.services import runs as runs_service
+from workbench.ui import format as fmt
+from workbench.ui import plots
+from workbench.ui.runs_tab import _items_and_total, per_class_rows, read_tables
+
+PICKER_LIMIT = 200
+
+
+def run_choices(wb) -> list[tuple[str, int]]:
+    """The most recent runs for the picker (the picker is a search box; 200 is plenty to scroll)."""
+    items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0))
+    return [fmt.run_choice(run) for run in items]
+
+
+@dataclasses.dataclass
+class Comparison:
+    metrics: pd.DataFrame
+    diff: pd.DataFrame
+    per_class: pd.DataFrame
+    curves: dict[str, Any]
+    curve_names: list[str]
+    message: str
+
+
+def compare(wb, run_ids: list[int]) -> Comparison:
+    """Read the chosen runs through the runs service and line them up."""
+    runs = [fmt.as_dict(runs_service.get_run(wb, int(r))) for r in run_ids]
+    labels = [f"#{r['id']} {fmt.run_name(r)}" for r in runs]
+    metric_keys = sorted({k for r in runs for k, v in (r.get("metrics") or {}).items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
+                             *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys]]
+                            for label, r in zip(labels, runs)], columns=["Run", "Status", "Model", *metric_keys])
+    diff_rows = [[key, *[fmt.short_value(v) for v in values]]
+                 for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
+    diff = pd.DataFrame(diff_rows, columns=["Setting", *labels])
+    per_class = side_by_side(labels, [per_class_rows(read_tables(r["output_dir"]) if r.get("output_dir") else {})
+                                      for r in runs])
+    curves = {label: runs_service.run_curves(wb, r["id"]) for label, r in zip(labels, runs)}
+    message = f"{len(diff_rows)} setting(s) differ." if diff_rows else "The configurations are identical."
+    return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message)
+
+
+def side_by_side(labels: list[str], tables: list[list[list[Any]]]) -> pd.DataFrame:
+    """Per-class F1 of each run in one table: one row per class, one column per run."""
+    classes: dict[str, dict[str, Any]] = {}
+    for label, rows in zip(labels, tables):
+        for row in rows:
+            classes.setdefault(str(row[0]), {})[label] = row[3]
+    return pd.DataFrame([[name, *[scores.get(label, fmt.MISSING) for label in labels]]
+                         for name, scores in classes.items()], columns=["Class / entity (F1)", *labels])
+
+
+def build(wb) -> dict[str, Any]:
+    with gr.Row():
+        picker = gr.Dropdown([], multiselect=True, label="Runs to compare (two or more)", elem_id="compare-runs",
+                             scale=4)
+        refresh = gr.Button("↻ runs", size="sm", scale=0, min_width=80)
+        go = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-go")
+    message = gr.Markdown(elem_id="compare-message")
+    metrics = gr.Dataframe(label="Final metrics", interactive=False, elem_id="compare-metrics")
+    with gr.Row():
+        with gr.Column():
+            diff = gr.Dataframe(label="Configuration: only what differs", interactive=False, wrap=True,
+                                elem_id="compare-diff")
+        with gr.Column():
+            curve = gr.Dropdown([], label="Curve", elem_id="compare-curve")
+            overlay = gr.LinePlot(x="step", y="value", color="curve", title="Overlaid curves", height=300,
+                                  elem_id="compare-plot")
+    per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False)
+    curves_state = gr.State({})
+
+    def on_compare(ids):
+        if not ids or len(ids) < 2:
+            raise gr.Error("Pick at least two runs.")
+        try:
+            result = compare(wb, [int(i) for i in ids])
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        first = result.curve_names[0] if result.curve_names else None
+        return (result.message, result.metrics, result.diff, result.per_class,
+                gr.update(choices=result.curve_names, value=first),
+                plots.overlaid_curves(result.curves, first) if first else plots.overlaid_curves({}, ""),
+                result.curves)
+
+    go.click(on_compare, [picker], [message, metrics, diff, per_class, curve, overlay, curves_state])
+    curve.change(lambda name, curves: plots.overlaid_curves(curves or {}, name or ""), [curve, curves_state],
+                 [overlay])
+    refresh.click(lambda: gr.update(choices=run_choices(wb)), None, [picker])
+    return {"picker": picker, "on_load": lambda: gr.update(choices=run_choices(wb))}

