@@ -1,0 +1,68 @@
+"""REST edge: ``POST /api/v1/predict/<slug>``; workbench errors become JSON errors here, and only here."""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from workbench.errors import ConfigError, ModelUnavailable, NotFound, WorkbenchError
+from workbench.playground.runtime import Playgrounds
+from workbench.playground.service import API_PREFIX, AccessDenied
+
+log = logging.getLogger(__name__)
+
+
+def error_status(exc: WorkbenchError) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, AccessDenied):
+        return 401
+    if isinstance(exc, ConfigError):
+        return 422
+    if isinstance(exc, ModelUnavailable):
+        return 503
+    return 400
+
+
+def error_response(exc: WorkbenchError) -> JSONResponse:
+    status = error_status(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": str(exc), "status": status}, status_code=status, headers=headers)
+
+
+def bearer_token(request: Request) -> Optional[str]:
+    """The token from ``Authorization: Bearer <token>``, else from ``?token=``."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.query_params.get("token") or None
+
+
+def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(API_PREFIX + "/{slug}", include_in_schema=False)
+    async def predict(slug: str, request: Request) -> JSONResponse:
+        if only_slug is not None and slug != only_slug:
+            return error_response(NotFound(f"playground {slug!r} does not exist"))
+        body = await request.body()
+        try:
+            try:
+                # Auth before parsing: a caller without the token learns nothing about the inputs.
+                await run_in_threadpool(runtime.target, slug, bearer_token(request))
+                payload = json.loads(body or b"null")
+            except ValueError as exc:
+                raise ConfigError(f"the request body is not valid JSON: {exc}") from None
+            if not isinstance(payload, dict) or "inputs" not in payload:
+                raise ConfigError('the request body must be a JSON object like {"inputs": ...}')
+            result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], bearer_token(request))
+        except WorkbenchError as exc:
+            return error_response(exc)
+        return JSONResponse(result)
+
+    return router

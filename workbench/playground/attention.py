@@ -1,0 +1,111 @@
+"""Attention maps of an input, per layer and head, and their pictures.
+
+``attention_maps`` is the data (numpy, layers x heads x tokens x tokens, plus
+the tokens); ``plot_head`` and ``plot_layer`` draw it with matplotlib's
+non-interactive backend so the server never needs a display.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from workbench.playground.predictors import PAIR, QA, Predictor
+
+MAX_TOKENS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMaps:
+    tokens: list[str]
+    weights: np.ndarray  # (layers, heads, tokens, tokens); row = query token, column = attended token
+
+    @property
+    def layers(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def heads(self) -> int:
+        return int(self.weights.shape[1])
+
+
+def attention_maps(predictor: Predictor, text: str, text_pair: Optional[str] = None,
+                   max_tokens: int = MAX_TOKENS) -> AttentionMaps:
+    """Attention weights of every layer and head for one input (truncated to ``max_tokens`` for legibility).
+
+    For pair and QA models the second text goes in as the second segment, as in training.
+    """
+    text = predictor.model_text(text)
+    with predictor._tok_lock:
+        enc = predictor.tokenizer(text, text_pair, truncation=True, max_length=max_tokens, return_tensors="pt")
+    out = predictor.forward(enc, output_attentions=True)
+    if not out.attentions:
+        raise RuntimeError("the model returned no attentions; it must be loaded with attn_implementation='eager'")
+    weights = np.stack([a[0].float().cpu().numpy() for a in out.attentions])
+    tokens = predictor.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+    return AttentionMaps(tokens=[str(t) for t in tokens], weights=weights)
+
+
+def second_text(kind: str, text_pair: Optional[str]) -> Optional[str]:
+    """Which kinds feed a second segment to the model."""
+    return text_pair if kind in (PAIR, QA) and text_pair else None
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _check(maps: AttentionMaps, layer: int, head: Optional[int] = None) -> None:
+    if not 0 <= layer < maps.layers:
+        raise ValueError(f"layer {layer} is out of range 0..{maps.layers - 1}")
+    if head is not None and not 0 <= head < maps.heads:
+        raise ValueError(f"head {head} is out of range 0..{maps.heads - 1}")
+
+
+def plot_head(maps: AttentionMaps, layer: int, head: int):
+    """One head's heat-map with the tokens on both axes (a matplotlib Figure)."""
+    _check(maps, layer, head)
+    n = len(maps.tokens)
+    side = min(9.0, 2.5 + 0.22 * n)
+    fig = _figure(side + 1.2, side)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(maps.weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(n), maps.tokens, rotation=90, fontsize=8)
+    ax.set_yticks(range(n), maps.tokens, fontsize=8)
+    ax.set_xlabel("attended token")
+    ax.set_ylabel("query token")
+    ax.set_title(f"layer {layer + 1}, head {head + 1}")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    return fig
+
+
+def plot_layer(maps: AttentionMaps, layer: int, columns: int = 4):
+    """All heads of one layer as a grid of small heat-maps: one panel per head."""
+    _check(maps, layer)
+    heads = maps.heads
+    columns = max(1, min(columns, heads))
+    rows = (heads + columns - 1) // columns
+    fig = _figure(2.6 * columns, 2.6 * rows + 0.4)
+    fig.suptitle(f"layer {layer + 1}: all {heads} heads")
+    for head in range(heads):
+        ax = fig.add_subplot(rows, columns, head + 1)
+        ax.imshow(maps.weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.set_title(f"head {head + 1}", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return fig
+
+
+def to_image(fig):
+    """A matplotlib Figure as a PIL image (what gr.Image shows)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")

@@ -1,0 +1,159 @@
+"""``mount_playgrounds(app, wb)``: the REST API and the ``/play/<slug>/`` pages on the workbench's FastAPI app.
+
+Pages are built on the first request for their slug, not at start-up, so a
+playground published later (by the CLI, in another process) works without a
+restart. Every request under ``/play/<slug>`` passes one gate first:
+
+* unknown or unpublished slug → 404 page that says so;
+* token-protected playground → the token from ``?token=``, ``Authorization:
+  Bearer`` or the cookie set on the first visit, else 401 with a token form;
+* then the request goes to that playground's own Gradio app and nowhere else.
+
+The gate is an ASGI middleware (it sees ``/play/...`` before any route), so the
+pages stay reachable when the workbench UI at ``/`` is behind WORKBENCH_AUTH,
+and the playground apps never see the workbench's routes.
+"""
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import re
+from typing import Any, Optional
+from urllib.parse import parse_qs, quote, unquote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, RedirectResponse
+
+from workbench.context import Workbench
+from workbench.errors import NotFound, WorkbenchError
+from workbench.playground.api import build_router, error_status
+from workbench.playground.runtime import Playgrounds
+from workbench.playground.service import PLAY_PREFIX, AccessDenied, get_target
+
+log = logging.getLogger(__name__)
+
+COOKIE = "playground_token"
+_SLUG_PATH = re.compile(rf"^{PLAY_PREFIX}/([a-z0-9-]+)(/.*)?$")
+
+
+def mount_playgrounds(app: Any, wb: Workbench, only_slug: Optional[str] = None) -> Playgrounds:
+    """Add the predict API and the playground pages to ``app``; ``only_slug`` serves just that one (standalone)."""
+    runtime = Playgrounds(wb)
+    app.include_router(build_router(runtime, only_slug))
+    app.add_middleware(PlaygroundGate, wb=wb, runtime=runtime, only_slug=only_slug)
+    app.state.playgrounds = runtime
+    return runtime
+
+
+def _message_page(title: str, text: str, status: int, token_form: bool = False) -> HTMLResponse:
+    form = ("<form method='get'><input name='token' type='password' placeholder='access token' autofocus> "
+            "<button type='submit'>Open</button></form>") if token_form else ""
+    body = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+            f"<body style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+            f"<h1>{html.escape(title)}</h1><p>{html.escape(text)}</p>{form}</body></html>")
+    return HTMLResponse(body, status_code=status)
+
+
+def _request_token(scope: dict) -> tuple[Optional[str], bool]:
+    """(token, came from the query string) from ?token=, Authorization: Bearer, or the cookie."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    if query.get("token"):
+        return query["token"][0], True
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip(), False
+    for part in headers.get("cookie", "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE and value:
+            return unquote(value), False
+    return None, False
+
+
+class PlaygroundGate:
+    """ASGI middleware: routes ``/play/<slug>/...`` to that playground's Gradio app after the checks above."""
+
+    def __init__(self, app: Any, wb: Workbench, runtime: Playgrounds, only_slug: Optional[str] = None):
+        self.app, self.wb, self.runtime, self.only_slug = app, wb, runtime, only_slug
+        self._apps: dict[str, Any] = {}
+        self._build_lock = asyncio.Lock()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        match = _SLUG_PATH.match(scope.get("path", "")) if scope["type"] in ("http", "websocket") else None
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        slug, rest = match.group(1), match.group(2)
+        response = await self._check(slug, scope)
+        if response is None and not rest:
+            # Gradio pages live at a trailing slash; keep the query (the token) across the redirect.
+            query = scope.get("query_string", b"").decode("latin-1")
+            response = RedirectResponse(f"{PLAY_PREFIX}/{slug}/" + (f"?{query}" if query else ""), status_code=307)
+        if response is not None:
+            if scope["type"] == "http":
+                await response(scope, receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        try:
+            sub_app = await self._app_for(slug)
+        except WorkbenchError as exc:
+            await _message_page("Playground unavailable", str(exc), error_status(exc))(scope, receive, send)
+            return
+        token, from_query = _request_token(scope)
+        if from_query and token:
+            send = _with_cookie(send, slug, token)
+        await sub_app(scope, receive, send)
+
+    async def _check(self, slug: str, scope: dict) -> Optional[HTMLResponse]:
+        token, _ = _request_token(scope)
+        try:
+            if self.only_slug is not None and slug != self.only_slug:
+                raise NotFound("not served here")
+            await run_in_threadpool(self.runtime.target, slug, token)
+        except NotFound:
+            self._apps.pop(slug, None)
+            return _message_page("Playground not found",
+                                 "This playground does not exist or is no longer published.", 404)
+        except AccessDenied as exc:
+            return _message_page("Access token needed", f"{exc}. Ask the person who shared the link for it.",
+                                 401, token_form=True)
+        return None
+
+    async def _app_for(self, slug: str) -> Any:
+        if slug in self._apps:
+            return self._apps[slug]
+        async with self._build_lock:
+            if slug not in self._apps:
+                self._apps[slug] = await self._build(slug)
+        return self._apps[slug]
+
+    async def _build(self, slug: str) -> Any:
+        """A holder FastAPI app with the playground's Blocks mounted at /play/<slug> (so Gradio sees its root)."""
+        import gradio as gr
+        from fastapi import FastAPI
+
+        from workbench.playground.page import build_playground
+
+        blocks = build_playground(self.wb, slug, self.runtime)
+        holder = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+        gr.mount_gradio_app(holder, blocks, path=f"{PLAY_PREFIX}/{slug}", ssr_mode=False, footer_links=["api"],
+                            show_error=True, run_history=False, mcp_server=False)
+        # The holder is never started by a server, so run what its lifespan would run.
+        blocks.run_startup_events()
+        await blocks.run_extra_startup_events()
+        log.info("playground %s ready at %s/%s/", slug, PLAY_PREFIX, slug)
+        return holder
+
+
+def _with_cookie(send: Any, slug: str, token: str) -> Any:
+    """Remember a token given in the link, so the page's own requests carry it."""
+    cookie = (f"{COOKIE}={quote(token, safe='')}; Path={PLAY_PREFIX}/{slug}/; HttpOnly; SameSite=Lax").encode()
+
+    async def wrapped(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+        await send(message)
+
+    return wrapped

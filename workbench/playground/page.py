@@ -1,0 +1,146 @@
+"""The playground page: model card, task widgets, attention heat-maps. Nothing of the workbench.
+
+The page is a thin Gradio layer over ``Playgrounds`` (runtime.py). Access
+control is not done here: every request to ``/play/<slug>/...`` has already
+passed the token gate in mount.py before it reaches these Blocks.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import gradio as gr
+
+from workbench.context import Workbench
+from workbench.errors import WorkbenchError
+from workbench.playground import service
+from workbench.playground.attention import plot_head, plot_layer, to_image
+from workbench.playground.predictors import MLM, PAIR, QA, TOKENS
+from workbench.playground.runtime import Playgrounds
+
+log = logging.getLogger(__name__)
+
+TASK_TITLES = {"text-classification": "Text classification", PAIR: "Text-pair classification",
+               TOKENS: "Token classification (NER / POS)", QA: "Question answering",
+               MLM: "Masked language model"}
+_FIELD_LABELS = {"text": "Text", "text_pair": "Second text", "question": "Question", "context": "Context"}
+_FIELDS = {PAIR: ("text", "text_pair"), QA: ("question", "context")}
+COPY_LINK_JS = "() => { navigator.clipboard && navigator.clipboard.writeText(window.location.href); }"
+
+
+def card_markdown(card: dict[str, Any], kind: str) -> str:
+    """The model card as Markdown (pure, so tests can check it says what it should)."""
+    size = ", ".join(f"{n} {what}" for n, what in ((card["train_examples"], "training"),
+                                                  (card["validation_examples"], "validation")) if n is not None)
+    metrics = " · ".join(f"{k} **{v:g}**" for k, v in sorted(card["metrics"].items())) or "none recorded"
+    return (f"# {card['title']}\n"
+            f"| task | base model | dataset | metrics | date |\n|---|---|---|---|---|\n"
+            f"| {TASK_TITLES.get(kind, kind)} | `{card['base_model']}` | {card['dataset']}"
+            f"{f' ({size} examples)' if size else ''} | {metrics} | {card['date']} |")
+
+
+def fields_of(kind: str) -> tuple[str, ...]:
+    return _FIELDS.get(kind, ("text",))
+
+
+def _widget_value(kind: str, prediction: dict[str, Any], item: dict[str, str]) -> Any:
+    """The raw prediction shaped for the output widget of the kind."""
+    if kind in ("text-classification", PAIR):
+        return prediction["scores"]
+    if kind == TOKENS:
+        return {"text": item["text"], "entities": [
+            {"entity": e["entity"], "start": e["start"], "end": e["end"]} for e in prediction["entities"]]}
+    if kind == QA:
+        if not prediction["answer"]:
+            return {"text": item["context"], "entities": []}
+        label = f"answer {prediction['score']:.2f}"
+        return {"text": item["context"], "entities": [
+            {"entity": label, "start": prediction["start"], "end": prediction["end"]}]}
+    rows = []
+    for mask in prediction["masks"]:
+        for c in mask["candidates"]:
+            rows.append([mask["mask"] + 1, c["token"], round(c["score"], 4), c["sequence"]])
+    return rows
+
+
+def _output_widget(kind: str):
+    if kind in ("text-classification", PAIR):
+        return gr.Label(label="Label probabilities", num_top_classes=10)
+    if kind in (TOKENS, QA):
+        label = "Entities" if kind == TOKENS else "Answer in the context"
+        return gr.HighlightedText(label=label, show_legend=True, combine_adjacent=False)
+    return gr.Dataframe(headers=["mask", "fill", "score", "sentence"], label="Top fills", interactive=False,
+                        wrap=True)
+
+
+def _example_rows(examples: list[dict], fields: tuple[str, ...]) -> list[list[str]]:
+    return [[str(e.get(f, "")) for f in fields] for e in examples if all(e.get(f) for f in fields)]
+
+
+def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = None) -> gr.Blocks:
+    """The Blocks of one published playground; raises NotFound for an unknown or unpublished slug."""
+    runtime = runtime or Playgrounds(wb)
+    target = runtime.target(slug, check=False)
+    shape = runtime.shape(target)
+    kind, fields = shape.kind, fields_of(shape.kind)
+    card = service.get_card(wb, slug)
+    examples = _example_rows(service.validation_examples(wb, slug), fields)
+
+    def predict(*values: str):
+        item = dict(zip(fields, values))
+        raw = item if len(fields) > 1 else values[0]
+        try:
+            result = runtime.predict(slug, raw, check=False)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc)) from None
+        prediction = result["predictions"][0]
+        return _widget_value(kind, prediction, {**item, "text": values[0]}), {**prediction,
+                                                                           "latency_ms": result["latency_ms"]}
+
+    def attention(layer: float, head: float, *values: str):
+        if not values[0] or not values[0].strip():
+            raise gr.Error("type a text first")
+        try:
+            maps = runtime.attention(slug, values[0], values[1] if len(values) > 1 else None)
+            layer_index = min(int(layer), maps.layers) - 1
+            head_index = min(int(head), maps.heads) - 1
+            return (to_image(plot_head(maps, layer_index, head_index)), to_image(plot_layer(maps, layer_index)))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc)) from None
+
+    with gr.Blocks(title=card["title"], analytics_enabled=False) as blocks:
+        gr.Markdown(card_markdown(card, kind), elem_id="pg-card")
+        with gr.Row():
+            link = gr.Textbox(label="Link to this playground", interactive=False, buttons=["copy"], scale=4,
+                              elem_id="pg-link")
+            copy = gr.Button("Copy link", scale=1, elem_id="pg-copy")
+        inputs = [gr.Textbox(label=_FIELD_LABELS[f], lines=4 if f == "context" else 2,
+                             placeholder="Write [MASK] where a word should be filled in" if kind == MLM else None,
+                             elem_id=f"pg-input-{f}") for f in fields]
+        run = gr.Button("Predict", variant="primary", elem_id="pg-predict")
+        output = _output_widget(kind)
+        with gr.Accordion("Raw prediction (JSON)", open=False):
+            raw_json = gr.JSON(label="prediction")
+        if examples:
+            gr.Examples(examples=examples, inputs=inputs, label="Examples from the validation set")
+        with gr.Accordion("Attention heat-map", open=False):
+            gr.Markdown("How much each token (row) attends to each other token (column), for the input above.")
+            with gr.Row():
+                layer = gr.Slider(1, shape.layers, value=shape.layers, step=1, label="Layer")
+                head = gr.Slider(1, shape.heads, value=1, step=1, label="Head")
+            show = gr.Button("Show attention")
+            with gr.Row():
+                head_image = gr.Image(label="Selected head", type="pil", buttons=["download"])
+                layer_image = gr.Image(label="All heads of the layer", type="pil", buttons=["download"])
+
+        run.click(predict, inputs, [output, raw_json], api_name="predict")
+        for box in inputs:
+            box.submit(predict, inputs, [output, raw_json], api_visibility="private")
+        attention_args = dict(fn=attention, inputs=[layer, head, *inputs], outputs=[head_image, layer_image],
+                              api_visibility="private")
+        show.click(**attention_args)
+        layer.release(**attention_args)
+        head.release(**attention_args)
+        blocks.load(None, None, link, js="() => window.location.href", api_visibility="private")
+        copy.click(None, None, None, js=COPY_LINK_JS, api_visibility="private")
+    return blocks
