@@ -1,1 +1,149 @@
-"""`workbench data ...` commands (filled in by the datasets work)."""
+"""`workbench data validate|import|list|show|delete`. Thin: options in, a service call, output out.
+
+Scripts depend on these names and on the JSON keys; errors are printed by ``workbench.cli.main``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from storage.datasets import ColumnMapping
+from workbench.cli import data_app, emit
+from workbench.context import open_workbench
+from workbench.services import datasets as service
+
+TASK_HELP = "text-classification, token-classification, question-answering or masked-lm"
+FORMAT_HELP = "csv, tsv, jsonl, conll, squad or text (default: detected)"
+
+
+def _columns(text: Optional[str], label: Optional[str], pair: Optional[str],
+             separator: Optional[str]) -> ColumnMapping | None:
+    if not any((text, label, pair, separator)):
+        return None
+    return ColumnMapping(text=text, label=label, text_pair=pair, label_separator=separator)
+
+
+def _labels_line(labels: dict[str, int] | None) -> str:
+    if not labels:
+        return ""
+    shown = ", ".join(f"{k} {v}" for k, v in list(labels.items())[:20])
+    more = f", ... ({len(labels)} in all)" if len(labels) > 20 else ""
+    return f"\nlabels: {shown}{more}"
+
+
+def _tokens_line(stats: dict[str, Any] | None) -> str:
+    if not stats or not stats.get("count"):
+        return ""
+    sampled = f", sample of {stats['count']}" if stats.get("sampled") else ""
+    return (f"\ntokens ({stats['tokenizer']}{sampled}): mean {stats['mean']}, median {stats['p50']}, "
+            f"p95 {stats['p95']}, max {stats['max']}; {stats['truncated_share']:.1%} longer than "
+            f"{stats['max_length']}")
+
+
+def _warnings_block(warnings: list) -> str:
+    return "".join(f"\n  {w}" for w in warnings) if warnings else ""
+
+
+@data_app.command("validate")
+def validate(
+    path: Path = typer.Argument(..., help="The data file."),
+    task: str = typer.Option(..., "--task", help=TASK_HELP),
+    format: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column (or JSON key) with the text."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Column (or JSON key) with the label."),
+    text_pair_column: Optional[str] = typer.Option(None, "--text-pair-column", help="Second text of a pair."),
+    label_separator: Optional[str] = typer.Option(None, "--label-separator", help="Splits multi-label cells, e.g. '|'."),
+    max_length: int = typer.Option(128, "--max-length", help="Token length counted as truncated above."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Check a data file and print its statistics; exit 2 with one line per problem when it is invalid."""
+    wb = open_workbench()
+    try:
+        report = service.validate_file(wb, path, task, format=format, max_length=max_length,
+                                       columns=_columns(text_column, label_column, text_pair_column, label_separator))
+    finally:
+        wb.close()
+    text = (f"{path}: valid {report.task} data ({report.format}), {report.examples} examples "
+            f"({report.train} train / {report.validation} validation after the default split)"
+            f"{_labels_line(report.labels)}{_tokens_line(report.token_stats)}"
+            f"\nwarnings: {len(report.warnings)}{_warnings_block(report.warnings)}")
+    emit(report.to_dict(), as_json, text)
+
+
+@data_app.command("import")
+def import_(
+    path: Path = typer.Argument(..., help="The data file."),
+    task: str = typer.Option(..., "--task", help=TASK_HELP),
+    name: Optional[str] = typer.Option(None, "--name", help="Display name (default: the file name)."),
+    validation: Optional[Path] = typer.Option(None, "--validation", help="A separate validation file (no split)."),
+    validation_fraction: float = typer.Option(0.1, "--validation-fraction", help="Share held out for validation."),
+    seed: int = typer.Option(13, "--seed", help="Seed of the train/validation split."),
+    format: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column (or JSON key) with the text."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Column (or JSON key) with the label."),
+    text_pair_column: Optional[str] = typer.Option(None, "--text-pair-column", help="Second text of a pair."),
+    label_separator: Optional[str] = typer.Option(None, "--label-separator", help="Splits multi-label cells, e.g. '|'."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Validate and store a data file; prints the dataset id."""
+    wb = open_workbench()
+    try:
+        summary = service.import_dataset(
+            wb, path, task, name=name, format=format, validation_path=validation,
+            validation_fraction=validation_fraction, seed=seed,
+            columns=_columns(text_column, label_column, text_pair_column, label_separator))
+    finally:
+        wb.close()
+    if as_json:
+        emit(summary.to_dict(), True)
+        return
+    emit(None, False, summary.id)
+    note = "already imported: reusing" if summary.reused else "imported"
+    typer.echo(f"{note} {summary.name!r}: {summary.examples} examples ({summary.train} train / "
+               f"{summary.validation} validation), {len(summary.warnings)} warning(s)", err=True)
+
+
+@data_app.command("list")
+def list_(
+    task: Optional[str] = typer.Option(None, "--task", help="Only datasets of this task."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List stored datasets, newest first."""
+    wb = open_workbench()
+    try:
+        rows = service.list_datasets(wb, task)
+    finally:
+        wb.close()
+    lines = [f"{d.id}  {d.task:<21} {d.examples:>8}  {d.created_at}  {d.name}" for d in rows]
+    emit([d.to_dict() for d in rows], as_json, "\n".join(lines) if lines else "no datasets yet")
+
+
+@data_app.command("show")
+def show(
+    dataset: str = typer.Argument(..., help="Dataset id, id prefix or name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show one stored dataset: counts, labels, token lengths, warnings."""
+    wb = open_workbench()
+    try:
+        d = service.get_dataset(wb, dataset)
+    finally:
+        wb.close()
+    text = (f"{d.id} {d.name!r}: {d.task} ({d.format}), {d.examples} examples ({d.train} train / "
+            f"{d.validation} validation)\nfolder: {d.path}{_labels_line(d.labels)}"
+            f"{_tokens_line(d.stats.get('token_stats'))}\nwarnings: {len(d.warnings)}"
+            f"{_warnings_block(d.warnings)}")
+    emit(d.to_dict(), as_json, text)
+
+
+@data_app.command("delete")
+def delete(dataset: str = typer.Argument(..., help="Dataset id, id prefix or name.")) -> None:
+    """Delete a stored dataset (runs that used it keep their results)."""
+    wb = open_workbench()
+    try:
+        d = service.delete_dataset(wb, dataset)
+    finally:
+        wb.close()
+    typer.echo(f"deleted {d.id} {d.name!r}")

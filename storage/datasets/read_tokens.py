@@ -1,0 +1,110 @@
+"""Token classification from CoNLL (token first, tag last, blank line between sentences) or JSON Lines."""
+from __future__ import annotations
+
+import re
+from typing import Iterator, Sequence, TextIO
+
+from storage.datasets.columns import ColumnMapping, detect
+from storage.datasets.problems import ProblemLog
+from storage.datasets.records import Record, as_label, iter_json_lines
+
+_PREFIXED = re.compile(r"^([BIES])-(.+)$")
+
+
+def repair_iob(tags: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Turn an ``I-X`` that does not continue an ``X`` entity into ``B-X``; returns (tags, repaired positions).
+
+    Files in IOB1 or with hand-made slips start entities with ``I-``; training expects IOB2.
+    """
+    out = list(tags)
+    fixed = []
+    previous_type = None
+    for i, tag in enumerate(out):
+        match = _PREFIXED.match(tag)
+        if match is None:
+            previous_type = None
+            continue
+        prefix, kind = match.groups()
+        if prefix == "I" and previous_type != kind:
+            out[i] = f"B-{kind}"
+            fixed.append(i)
+        previous_type = None if prefix in ("E", "S") else kind
+    return out, fixed
+
+
+def _sentence(name: str, line: int, tokens: list[str], tags: list[str], log: ProblemLog,
+              tag_lines: Sequence[int] | None) -> Record:
+    tags, fixed = repair_iob(tags)
+    for i in fixed:
+        where = tag_lines[i] if tag_lines else line
+        log.warning("IOB", name, f"tag I-{tags[i][2:]} does not continue an entity (token {i + 1}, "
+                    f"{tokens[i]!r}); changed to {tags[i]}", line=where, column="tags" if not tag_lines else None,
+                    hint="start every entity with B-; I- only continues the entity before it")
+    return Record(line, {"tokens": tokens, "tags": tags}, "", "\x00".join(tokens))
+
+
+def read_conll(stream: TextIO, name: str, log: ProblemLog, found: dict | None = None) -> Iterator[Record]:
+    """CoNLL: columns split by tabs (or spaces when a line has no tab); ``-DOCSTART-`` lines are skipped."""
+    if found is not None:
+        found["columns"] = {"tokens": "first column", "tags": "last column"}
+    tokens: list[str] = []
+    tags: list[str] = []
+    lines: list[int] = []
+    broken = False
+    sentences = 0
+    for number, raw in enumerate(stream, 1):
+        line = raw.rstrip("\r\n").lstrip("\ufeff")
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if tokens and not broken:
+                sentences += 1
+                yield _sentence(name, lines[0], tokens, tags, log, lines)
+            tokens, tags, lines, broken = [], [], [], False
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        if len(parts) < 2 or not parts[-1].strip() or not parts[0].strip():
+            log.error(name, f"expected a token and a tag separated by a tab, found {line!r}", line=number,
+                      hint="write one token per line as TOKEN<TAB>TAG, and a blank line between sentences")
+            broken = True
+            continue
+        tokens.append(parts[0].strip())
+        tags.append(parts[-1].strip())
+        lines.append(number)
+    if tokens and not broken:
+        sentences += 1
+        yield _sentence(name, lines[0], tokens, tags, log, lines)
+    if sentences == 0 and not log.has_errors:
+        log.error(name, "the file contains no sentences", hint="write one TOKEN<TAB>TAG per line")
+
+
+def read_jsonl(stream: TextIO, name: str, columns: ColumnMapping | None, log: ProblemLog,
+               found: dict | None = None) -> Iterator[Record]:
+    """``{"tokens": [...], "tags": [...]}`` per line (also ``words``/``ner_tags``/``labels``)."""
+    mapping: ColumnMapping | None = None
+    rows = 0
+    for line, obj in iter_json_lines(stream, name, log):
+        rows += 1
+        if mapping is None:
+            mapping = detect(list(obj), columns)
+            if mapping.text is None or mapping.label is None:
+                log.error(name, f"missing key: need a tokens list and a tags list, found {sorted(obj)}", line=line,
+                          hint='write {"tokens": [...], "tags": [...]} or name the keys with --text-column '
+                               "and --label-column")
+                return
+            if found is not None:
+                found["columns"] = {"tokens": mapping.text, "tags": mapping.label}
+        tokens, tags = obj.get(mapping.text), obj.get(mapping.label)
+        if not isinstance(tokens, list) or not isinstance(tags, list):
+            log.error(name, f"{mapping.text!r} and {mapping.label!r} must both be lists", line=line,
+                      column=mapping.text if not isinstance(tokens, list) else mapping.label,
+                      hint='write {"tokens": ["New", "York"], "tags": ["B-LOC", "I-LOC"]}')
+            continue
+        if len(tokens) != len(tags):
+            log.error(name, f"tokens and tags have different lengths ({len(tokens)} tokens, {len(tags)} tags)",
+                      line=line, column=mapping.label, hint="give exactly one tag per token")
+            continue
+        if not tokens:
+            log.warning("empty sentence", name, "empty sentence; skipped", line=line)
+            continue
+        yield _sentence(name, line, [str(t) for t in tokens], [as_label(t) for t in tags], log, None)
+    if rows == 0 and not log.has_errors:
+        log.error(name, "the file contains no sentences", hint='write one {"tokens": [...], "tags": [...]} per line')

@@ -1,0 +1,50 @@
+"""Deterministic train/validation split: the same keys, fraction and seed always give the same split."""
+from __future__ import annotations
+
+import numpy as np
+
+MODES = ("stratified", "grouped", "random")
+
+
+def _take(count: int, fraction: float, *, at_least_one: bool) -> int:
+    """How many of ``count`` go to validation; one always stays in train."""
+    n = int(round(count * fraction))
+    if at_least_one and n == 0 and fraction > 0 and count >= 2:
+        n = 1
+    return min(n, count - 1) if count else 0
+
+
+def validation_mask(keys: np.ndarray, fraction: float, seed: int, mode: str) -> np.ndarray:
+    """Boolean mask of the examples that go to validation.
+
+    ``stratified``: each label (``keys`` = label index) keeps its share in both parts;
+    ``grouped``: examples with the same key (a QA paragraph) stay together;
+    ``random``: keys are ignored.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown split mode {mode!r}")
+    n = len(keys)
+    mask = np.zeros(n, dtype=bool)
+    if n < 2 or fraction <= 0:
+        return mask
+    rng = np.random.default_rng(seed)
+    if mode == "random":
+        mask[rng.permutation(n)[:_take(n, fraction, at_least_one=True)]] = True
+        return mask
+    order = np.argsort(keys, kind="stable")
+    values, starts = np.unique(keys[order], return_index=True)
+    members = np.split(order, starts[1:])
+    if mode == "stratified":
+        for group in members:
+            take = _take(len(group), fraction, at_least_one=True)
+            if take:
+                mask[rng.permutation(group)[:take]] = True
+        return mask
+    target = int(round(n * fraction))
+    chosen = 0
+    for g in rng.permutation(len(members))[:-1] if len(members) > 1 else []:
+        if chosen >= target:
+            break
+        mask[members[g]] = True
+        chosen += len(members[g])
+    return mask

