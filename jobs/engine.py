@@ -1,0 +1,207 @@
+"""The training engine: one call trains one run and writes every output into its folder.
+
+    run_training(spec, output_dir, reporter) -> final metrics
+
+``output_dir`` receives ``model/`` (weights in safetensors, tokenizer, label maps;
+loadable by ``transformers.pipeline``), ``adapter/`` for LoRA runs,
+``checkpoints/`` (resumed from automatically), ``metrics.json``, ``tables.json``,
+``predictions.jsonl`` and ``train.log``. Importing this module is cheap: torch and
+transformers load when a run starts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import time
+from pathlib import Path
+from typing import Optional
+
+from jobs.progress import Cancelled, Reporter
+from jobs.spec import RunSpec
+from workbench.errors import TrainingError
+
+log = logging.getLogger(__name__)
+
+PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "longformer", "bart", "camembert", "gpt2", "deberta"}
+
+
+def run_training(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: str = "auto",
+                 init_model_path: Optional[str] = None) -> dict:
+    """Train ``spec`` into ``output_dir``; resumes from its latest checkpoint when one exists.
+
+    Raises ``Cancelled`` after a requested stop (a checkpoint is saved first),
+    ``TrainingError`` with a hint when training fails, ``ModelUnavailable`` offline.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(output_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # jobs.* logs at INFO (the callback logs every Trainer log line); transformers/peft keep their own levels
+    handler.setLevel(logging.INFO)
+    watched = [logging.getLogger(name) for name in ("jobs", "transformers", "peft")]
+    previous_levels = [lg.level for lg in watched]
+    for lg in watched:
+        lg.addHandler(handler)
+    watched[0].setLevel(logging.INFO)
+    try:
+        return _train(spec, output_dir, reporter, device, init_model_path)
+    finally:
+        for lg, level in zip(watched, previous_levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+        handler.close()
+
+
+def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
+    """10% of the training records (at least 1) become the validation split when none was given."""
+    import random
+
+    if len(records) < 2:
+        raise TrainingError("at least 2 training records are needed", "add data to the dataset")
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, len(records) // 10)
+    chosen = set(order[:n_val])
+    return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
+
+
+def _load_tokenizer(path: str, config, task: str):
+    from transformers import AutoTokenizer
+
+    kwargs = {}
+    if task == "token-classification" and getattr(config, "model_type", "") in PREFIX_SPACE_TYPES:
+        kwargs["add_prefix_space"] = True  # byte-level BPE needs it for pre-split words
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
+def _count_parameters(model) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, init_model_path: Optional[str]) -> dict:
+    import torch
+    from transformers import AutoConfig, EarlyStoppingCallback, set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from jobs import catalogue, lora
+    from jobs.hyperparameters import resolve_hyperparameters
+    from jobs.tasks import task_module
+    from jobs.training import NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, training_arguments
+
+    if init_model_path and not Path(init_model_path).is_dir():
+        raise TrainingError(f"the model to start from is missing: {init_model_path}",
+                            "the earlier run's model folder was deleted; run it again")
+    info = catalogue.resolve_model(init_model_path or spec.model)
+    path = catalogue.load_path(info)
+    module = task_module(spec.task, spec.train.objective)
+    train = module.read(spec.data.train_path)
+    if spec.data.validation_path:
+        validation = module.read(spec.data.validation_path)
+    else:
+        train, validation = _split_validation(train, spec.train.seed)
+    hp = resolve_hyperparameters(spec, info, len(train))
+    hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)
+    device = pick_device(device)
+    set_seed(hp["seed"])
+
+    config = AutoConfig.from_pretrained(path)
+    tokenizer = _load_tokenizer(path, config, spec.task)
+    prepared = module.prepare(train, validation, tokenizer, config, hp)
+    model = module.build_model(path, prepared, config)
+    if spec.lora.enabled:
+        model = lora.wrap(model, spec.task, config.model_type, spec.lora.r, spec.lora.alpha, spec.lora.dropout,
+                          spec.lora.target_modules)
+    trainable, total_params = _count_parameters(model)
+
+    checkpoints = output_dir / "checkpoints"
+    args = training_arguments(str(checkpoints), hp, device, len(prepared.train_dataset), prepared.main_metric,
+                              prepared.greater_is_better, prepared.label_names or ["labels"])
+    callback = ReporterCallback(reporter)
+    callbacks = [callback]
+    if hp["early_stopping_patience"]:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=hp["early_stopping_patience"]))
+    loss_func = None
+    if prepared.extra.get("class_weights"):
+        from jobs.tasks.classification import weighted_loss
+
+        weights = prepared.extra["class_weights"]
+        loss_func = lambda outputs, labels, num_items_in_batch=None: weighted_loss(outputs.logits, labels, weights)  # noqa: E731
+    trainer = WorkbenchTrainer(model=model, args=args, data_collator=prepared.collator,
+                               train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
+                               processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
+                               compute_loss_func=loss_func, callbacks=callbacks)
+    resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    total_steps = trainer.args.max_steps if trainer.args.max_steps > 0 else math.ceil(
+        len(trainer.get_train_dataloader()) / hp["gradient_accumulation_steps"] * hp["epochs"])
+    facts = {"device": device, "total_steps": total_steps, "trainable_parameters": trainable,
+             "total_parameters": total_params, "model": info.name, "model_path": path,
+             "train_examples": len(train), "validation_examples": len(validation),
+             "hyperparameters": hp, "resumed_from": resume}
+    reporter.info(facts)
+    log.info("run starts: %s", json.dumps(facts, default=str))
+
+    if prepared.extra.get("measure_perplexity_before") and resume is None:
+        from jobs.tasks.mlm import perplexity
+
+        prepared.extra["perplexity_before"] = perplexity(float(trainer.evaluate()["eval_loss"]))
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except NonFiniteLoss as exc:
+        raise TrainingError(f"loss became NaN at step {exc.step} — lower the learning rate",
+                            f"try a learning rate below {hp['learning_rate']:g}") from None
+    except torch.cuda.OutOfMemoryError:
+        bs = hp["batch_size"]
+        raise TrainingError(f"CUDA out of memory at batch size {bs} — try {max(1, bs // 2)} or enable LoRA",
+                            "lower the batch size or the max length, or enable LoRA") from None
+    train_seconds = time.perf_counter() - started
+    if callback.cancelled:
+        log.info("cancelled at step %d; checkpoint saved in %s", trainer.state.global_step, checkpoints)
+        raise Cancelled(f"cancelled at step {trainer.state.global_step}")
+
+    evaluation = (module.evaluate_model(trainer, prepared) if hasattr(module, "evaluate_model")
+                  else module.evaluate(prepared, trainer.predict(prepared.eval_dataset)))
+    _export(trainer.model, tokenizer, output_dir, spec.lora.enabled)
+    metrics = dict(evaluation.metrics)
+    metrics.update({
+        "train_loss": float(result.training_loss),
+        "steps": int(trainer.state.global_step),
+        "trainable_parameters": trainable, "total_parameters": total_params,
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else 0.0,
+        "train_seconds": round(train_seconds, 2),
+        "samples_per_second": round(float(result.metrics.get("train_samples_per_second", 0.0)), 3),
+        "device": device,
+    })
+    reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
+                     {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
+    _write_outputs(output_dir, metrics, hp, evaluation)
+    log.info("run finished: %s", json.dumps(evaluation.metrics))
+    return metrics
+
+
+def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
+    """Save the trained (best) model for pipelines; LoRA runs also keep the adapter alone."""
+    model_dir = output_dir / "model"
+    if is_lora:
+        model.save_pretrained(output_dir / "adapter")
+        model = model.merge_and_unload()
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+
+
+def _write_outputs(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
+    (output_dir / "metrics.json").write_text(json.dumps({**metrics, "hyperparameters": hp}, indent=2, default=str))
+    (output_dir / "tables.json").write_text(json.dumps(evaluation.tables, indent=2))
+    with (output_dir / "predictions.jsonl").open("w", encoding="utf-8") as handle:
+        for row in evaluation.predictions:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,0 +1,137 @@
+"""The Hugging Face Trainer as the engine uses it: arguments, the reporter callback, loss checks.
+
+Kept apart from ``jobs.engine`` so the orchestration reads top-down and this
+module holds everything that knows Trainer internals.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Optional
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from jobs.progress import Reporter
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(Exception):
+    def __init__(self, step: int):
+        super().__init__(f"loss became NaN/inf at step {step}")
+        self.step = step
+
+
+class WorkbenchTrainer(Trainer):
+    """Trainer with unshuffled evaluation and a per-step loss check.
+
+    transformers 5.x applies length grouping to ``evaluate()``/``predict()`` as well,
+    which reorders predictions against the validation records; predictions here
+    must line up with records (QA windows, error-analysis rows), so eval is sequential.
+    """
+
+    def _get_eval_sampler(self, eval_dataset):
+        return torch.utils.data.SequentialSampler(eval_dataset) if eval_dataset is not None else None
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not torch.isfinite(loss.detach()).all():
+            raise NonFiniteLoss(self.state.global_step + 1)
+        return loss
+
+
+class ReporterCallback(TrainerCallback):
+    """Forwards progress, losses and eval metrics to the reporter; turns a cancel request into save + stop."""
+
+    TRAIN_KEYS = {"loss": "train/loss", "learning_rate": "train/learning_rate", "grad_norm": "train/grad_norm"}
+
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
+        self.cancelled = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.reporter.progress(state.global_step, state.max_steps, float(state.epoch or 0.0))
+        if self.reporter.cancel_requested():
+            self.cancelled = True
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        log.info("step %d: %s", state.global_step, logs)
+        values = {name: float(logs[key]) for key, name in self.TRAIN_KEYS.items()
+                  if logs and key in logs and isinstance(logs[key], (int, float))}
+        if values:
+            self.reporter.metrics(state.global_step, state.epoch, values)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        values = {"eval/" + k[5:]: float(v) for k, v in (metrics or {}).items()
+                  if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime", "_per_second"))}
+        if values:
+            self.reporter.metrics(state.global_step, state.epoch, values)
+
+
+def pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        from workbench.errors import TrainingError
+
+        raise TrainingError("a GPU was asked for but none is available", "run on the CPU (device auto)")
+    return device
+
+
+def precision_flags(device: str, precision: str) -> dict:
+    """bf16 where the GPU supports it, else fp16 on GPU; always fp32 on CPU."""
+    if not device.startswith("cuda") or precision == "fp32":
+        return {"bf16": False, "fp16": False}
+    if precision == "auto":
+        precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+
+
+def steps_per_epoch(n_examples: int, batch_size: int, accumulation: int) -> int:
+    return max(1, math.ceil(math.ceil(n_examples / batch_size) / accumulation))
+
+
+def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, main_metric: str,
+                       greater_is_better: bool, label_names: Optional[list[str]]) -> TrainingArguments:
+    """Dynamic padding lives in the collators; here: length grouping, schedule, evaluation and checkpoints."""
+    per_epoch = steps_per_epoch(n_train, hp["batch_size"], hp["gradient_accumulation_steps"])
+    total = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
+    by_steps = bool(hp["max_steps"] or hp["eval_steps"])
+    eval_steps = hp["eval_steps"] or (min(per_epoch, total) if by_steps else None)
+    strategy = "steps" if by_steps else "epoch"
+    return TrainingArguments(
+        output_dir=output_dir,
+        per_device_train_batch_size=hp["batch_size"],
+        per_device_eval_batch_size=hp["batch_size"] * 2,
+        gradient_accumulation_steps=hp["gradient_accumulation_steps"],
+        learning_rate=hp["learning_rate"],
+        weight_decay=hp["weight_decay"],
+        warmup_steps=math.ceil(hp["warmup_ratio"] * total),
+        lr_scheduler_type="linear",
+        num_train_epochs=hp["epochs"],
+        max_steps=hp["max_steps"] or -1,
+        train_sampling_strategy="group_by_length",
+        eval_strategy=strategy,
+        save_strategy=strategy,
+        eval_steps=eval_steps,
+        save_steps=eval_steps,
+        save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
+        load_best_model_at_end=True,
+        metric_for_best_model=main_metric,
+        greater_is_better=greater_is_better,
+        logging_strategy="steps",
+        logging_steps=max(1, min(25, total // 20)),
+        seed=hp["seed"],
+        data_seed=hp["seed"],
+        use_cpu=device == "cpu",
+        remove_unused_columns=False,  # the task modules keep exactly the model's inputs
+        label_names=label_names,
+        report_to=[],
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        **precision_flags(device, hp["precision"]),
+    )
