@@ -104,6 +104,8 @@ class PlaygroundGate:
         token, from_query = _request_token(scope)
         if from_query and token:
             send = _with_cookie(send, slug, token)
+        if scope["type"] == "http" and rest == "/":
+            send = _relative_root_links(send)
         await sub_app(scope, receive, send)
 
     async def _check(self, slug: str, scope: dict) -> Optional[HTMLResponse]:
@@ -155,5 +157,37 @@ def _with_cookie(send: Any, slug: str, token: str) -> Any:
         if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
         await send(message)
+
+    return wrapped
+
+
+_ROOT_LINK = re.compile(rb'((?:href|src)=")/(?!/)')
+
+
+def _relative_root_links(send: Any) -> Any:
+    """Make the page's root-absolute links (Gradio's ``/manifest.json``) relative, so none points into the workbench."""
+    start: dict = {}
+    chunks: list[bytes] = []
+
+    async def wrapped(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            headers = dict(message.get("headers", []))
+            if b"text/html" not in headers.get(b"content-type", b"") or b"content-encoding" in headers:
+                start["passthrough"] = True
+                await send(message)
+            else:
+                start["message"] = message
+            return
+        if start.get("passthrough") or message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = _ROOT_LINK.sub(rb"\1./", b"".join(chunks))
+        headers = [(k, v) for k, v in start["message"].get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({**start["message"], "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     return wrapped

@@ -1,0 +1,232 @@
+"""Playgrounds served for real: a tiny trained model per task, called through REST and gradio_client.
+
+The server is a stand-in for the workbench (a Gradio app at ``/`` behind a
+login, as with WORKBENCH_AUTH) plus ``mount_playgrounds``; it runs in uvicorn
+on a loopback port because gradio_client needs a real server.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from tests import playground_support as ps
+from workbench.playground import service
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "colleague-token-123"
+WORKBENCH_MARKER = "WORKBENCH-ONLY-DATASETS-TAB"
+INPUTS = {
+    "text-classification": "a great film, I loved it",
+    "text-pair-classification": {"text": "a man is playing a guitar", "text_pair": "someone plays music"},
+    "token-classification": "John Smithers lives in New York.",
+    "question-answering": {"question": "Where is the Eiffel Tower?",
+                           "context": "The Eiffel Tower is in Paris, the capital of France."},
+    "masked-lm": "the cat [MASK] on the mat.",
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {kind: ps.train_tiny(kind, root / kind) for kind in ps.TASK_DATA}
+
+
+@pytest.fixture(scope="module")
+def module_wb(tmp_path_factory):
+    from workbench.context import open_workbench
+    from workbench.settings import Settings
+
+    wb = open_workbench(Settings.from_env({}, home=str(tmp_path_factory.mktemp("home"))))
+    yield wb
+    wb.close()
+
+
+@pytest.fixture(scope="module")
+def published(module_wb, models):
+    """One playground per task; the masked-LM one has a token."""
+    out = {}
+    for kind, folder in models.items():
+        run_id = ps.add_run(module_wb, kind, folder)
+        out[kind] = service.publish(module_wb, run_id, token=TOKEN if kind == "masked-lm" else None)
+    return out
+
+
+def workbench_standin(wb):
+    """FastAPI app shaped like workbench.server.create_app: playgrounds first, a login-protected UI at /."""
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from workbench.playground.mount import mount_playgrounds
+
+    app = FastAPI()
+    mount_playgrounds(app, wb)
+    with gr.Blocks() as ui:
+        gr.Markdown(WORKBENCH_MARKER)
+    gr.mount_gradio_app(app, ui, path="/", auth=[("admin", "pw")], ssr_mode=False)
+    return app
+
+
+@pytest.fixture(scope="module")
+def server(module_wb, published):
+    with ps.ServerThread(workbench_standin(module_wb)) as running:
+        yield running
+
+
+def _headers(kind):
+    return {"Authorization": f"Bearer {TOKEN}"} if kind == "masked-lm" else {}
+
+
+def _check_prediction(kind, prediction, text_input):
+    if kind in ("text-classification", "text-pair-classification"):
+        assert set(prediction["scores"]) == ({"neg", "pos"} if kind == "text-classification"
+                                             else {"contradiction", "entailment"})
+        assert sum(prediction["scores"].values()) == pytest.approx(1.0, abs=1e-4)
+        assert prediction["label"] == max(prediction["scores"], key=prediction["scores"].get)
+    elif kind == "token-classification":
+        for entity in prediction["entities"]:
+            assert text_input[entity["start"]:entity["end"]] == entity["word"]
+            assert entity["entity"] in {"PER", "LOC"}
+            assert "#" not in entity["word"]
+    elif kind == "question-answering":
+        context = text_input["context"]
+        assert context[prediction["start"]:prediction["end"]] == prediction["answer"]
+        assert 0.0 <= prediction["score"] <= 1.0
+    else:
+        candidates = prediction["masks"][0]["candidates"]
+        assert len(candidates) == 5
+        assert all("[MASK]" not in c["token"] and "[CLS]" not in c["token"] for c in candidates)
+        assert candidates[0]["sequence"] == f"the cat {candidates[0]['token']} on the mat."
+
+
+@pytest.mark.parametrize("kind", list(ps.TASK_DATA))
+def test_rest_single_and_batch(server, published, kind):
+    url = f"{server.url}/api/v1/predict/{published[kind].slug}"
+    single = httpx.post(url, json={"inputs": INPUTS[kind]}, headers=_headers(kind), timeout=60)
+    assert single.status_code == 200, single.text
+    body = single.json()
+    assert body["batch"] is False and len(body["predictions"]) == 1 and body["latency_ms"] > 0
+    _check_prediction(kind, body["predictions"][0], INPUTS[kind])
+
+    batch = httpx.post(url, json={"inputs": [INPUTS[kind]] * 3}, headers=_headers(kind), timeout=60).json()
+    assert batch["batch"] is True and len(batch["predictions"]) == 3
+    assert batch["predictions"][0] == body["predictions"][0]
+
+
+@pytest.mark.parametrize("kind", list(ps.TASK_DATA))
+def test_gradio_client_named_api(server, published, kind):
+    from gradio_client import Client
+
+    client = Client(f"{server.url}/play/{published[kind].slug}/", headers=_headers(kind), verbose=False,
+                    download_files=False)
+    value = INPUTS[kind]
+    args = [value] if isinstance(value, str) else list(value.values())
+    widget, raw = client.predict(*args, api_name="/predict")
+    _check_prediction(kind, raw, value)
+    if kind.endswith("classification") and kind != "token-classification":
+        assert widget["label"] == raw["label"]
+    info = client.view_api(print_info=False, return_format="dict")
+    assert list(info["named_endpoints"]) == ["/predict"]
+
+
+def test_token_is_enforced(server, published):
+    slug = published["masked-lm"].slug
+    url = f"{server.url}/api/v1/predict/{slug}"
+    assert published["masked-lm"].has_token
+    assert httpx.post(url, json={"inputs": INPUTS["masked-lm"]}).status_code == 401
+    wrong = httpx.post(url, json={"inputs": INPUTS["masked-lm"]}, headers={"Authorization": "Bearer nope-nope"})
+    assert wrong.status_code == 401 and "not valid" in wrong.json()["error"]
+    # Without the token even a malformed body answers 401: nothing is revealed about the inputs.
+    assert httpx.post(url, content=b"{not json").status_code == 401
+
+    page = httpx.get(f"{server.url}/play/{slug}/")
+    assert page.status_code == 401 and "access token" in page.text.lower() and "<form" in page.text
+    assert httpx.get(f"{server.url}/play/{slug}/config").status_code == 401
+    with httpx.Client(base_url=server.url) as browser:
+        opened = browser.get(f"/play/{slug}/?token={TOKEN}")
+        assert opened.status_code == 200
+        assert browser.get(f"/play/{slug}/config").status_code == 200  # the cookie carries the token on
+    assert httpx.get(f"{server.url}/play/{slug}/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_unknown_and_unpublished_slugs_are_404(server, module_wb, models):
+    assert httpx.post(f"{server.url}/api/v1/predict/no-such-slug-1-abc", json={"inputs": "x"}).status_code == 404
+    page = httpx.get(f"{server.url}/play/no-such-slug-1-abc/")
+    assert page.status_code == 404 and "no longer published" in page.text
+
+    run_id = ps.add_run(module_wb, "text-classification", models["text-classification"])
+    info = service.publish(module_wb, run_id)
+    assert httpx.get(f"{server.url}/play/{info.slug}/").status_code == 200
+    service.unpublish(module_wb, info.slug)
+    assert httpx.get(f"{server.url}/play/{info.slug}/").status_code == 404
+    gone = httpx.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": "x"})
+    assert gone.status_code == 404 and "no longer published" in gone.json()["error"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    (b"{not json", "not valid JSON"),
+    (b'{"text": "hello"}', '{"inputs": ...}'),
+    (b'{"inputs": 42}', "expected a string"),
+    (b'{"inputs": ""}', "non-empty"),
+    (b'{"inputs": []}', "empty"),
+    (b'{"inputs": {"txt": "hello"}}', "unknown field"),
+    (json.dumps({"inputs": ["x"] * 65}).encode(), "limit is 64"),
+])
+def test_bad_input_is_422_with_a_clear_message(server, published, body, needle):
+    url = f"{server.url}/api/v1/predict/{published['text-classification'].slug}"
+    answer = httpx.post(url, content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 422
+    assert needle in answer.json()["error"]
+
+
+def test_task_specific_422(server, published):
+    qa = httpx.post(f"{server.url}/api/v1/predict/{published['question-answering'].slug}",
+                    json={"inputs": "just a string"})
+    assert qa.status_code == 422 and '"question"' in qa.json()["error"]
+    mlm = httpx.post(f"{server.url}/api/v1/predict/{published['masked-lm'].slug}", json={"inputs": "no mask"},
+                     headers=_headers("masked-lm"))
+    assert mlm.status_code == 422 and "[MASK]" in mlm.json()["error"]
+
+
+def test_published_after_start_is_served(server, module_wb, models):
+    run_id = ps.add_run(module_wb, "token-classification", models["token-classification"], name="Late NER")
+    info = service.publish(module_wb, run_id)
+    assert info.slug.startswith("late-ner-")
+    page = httpx.get(f"{server.url}/play/{info.slug}", follow_redirects=True)
+    assert page.status_code == 200 and str(page.url).endswith(f"/play/{info.slug}/")
+    answer = httpx.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": INPUTS["token-classification"]})
+    assert answer.status_code == 200
+
+
+def test_page_exposes_nothing_of_the_workbench(server, published):
+    slug = published["text-classification"].slug
+    base = f"{server.url}/play/{slug}"
+    assert httpx.get(f"{server.url}/").status_code in (200, 401)  # the workbench shows only its login
+    assert WORKBENCH_MARKER not in httpx.get(f"{server.url}/config").text  # the login holds, config is closed
+    html = httpx.get(f"{base}/").text
+    config = httpx.get(f"{base}/config").json()
+    text = html + json.dumps(config)
+    assert WORKBENCH_MARKER not in text
+    for word in ("Datasets", "Runs tab", "/api/v1/runs", "Train"):
+        assert word not in text
+    assert config["root"].rstrip("/").endswith(f"/play/{slug}")
+    # Every link on the page stays inside this playground (or is an external gradio.app / docs link).
+    for href in re.findall(r'href="([^"]+)"', html):
+        assert not href.startswith("/") or href.startswith(f"/play/{slug}/"), href
+    kinds = {c["type"] for c in config["components"]}
+    assert kinds <= {"markdown", "row", "column", "textbox", "button", "label", "accordion", "json", "dataset",
+                     "examples", "slider", "image", "form", "group", "html", "state", "tabs", "tabitem"}, kinds
+    api = httpx.get(f"{base}/gradio_api/info").json()
+    assert list(api["named_endpoints"]) == ["/predict"]
+    card = config["components"][0]["props"]["value"]
+    for fact in ("Text classification", "tiny-bert", "tiny text-classification set", "accuracy", "4 training"):
+        assert fact in card
+
+
+def test_examples_come_from_validation_set(server, published):
+    config = httpx.get(f"{server.url}/play/{published['question-answering'].slug}/config").json()
+    dumped = json.dumps(config)
+    assert "Where is the Eiffel Tower?" in dumped and "Ada Lovelace wrote the first program" in dumped
