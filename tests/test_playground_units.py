@@ -1,0 +1,270 @@
+"""Playground pieces without a server: publishing, tokens, input checks, NER grouping, QA spans, LRU cache, attention."""
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import numpy as np
+import pytest
+
+from storage.models import FAILED, Playground, Run
+from tests import playground_support as ps
+from workbench.errors import InvalidState, ModelUnavailable, NotFound
+from workbench.playground import predictors as P
+from workbench.playground import service
+from workbench.playground.cache import ModelCache
+
+
+# ------------------------------------------------------------------ tiny untrained models (fast: no training)
+
+@pytest.fixture(scope="module")
+def random_models(tmp_path_factory):
+    """Config-built, untrained models: enough for shapes, caching and publishing."""
+    import transformers as tf
+
+    tok = ps.tokenizer()
+    root = tmp_path_factory.mktemp("random-models")
+    out = {}
+    for name, model in {
+        "cls": tf.BertForSequenceClassification(ps.tiny_config(tok, id2label={0: "neg", 1: "pos"},
+                                                               label2id={"neg": 0, "pos": 1})),
+        "cls2": tf.BertForSequenceClassification(ps.tiny_config(tok, num_labels=3)),
+        "cls3": tf.BertForSequenceClassification(ps.tiny_config(tok, num_labels=4)),
+    }.items():
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        out[name] = root / name
+    return out
+
+
+# ------------------------------------------------------------------ service
+
+def test_publish_stores_only_the_token_hash(wb, random_models):
+    run_id = ps.add_run(wb, "text-classification", random_models["cls"], name="Spam filter v2!")
+    info = service.publish(wb, run_id, token="s3cret-token")
+    assert info.token == "s3cret-token" and info.has_token
+    assert info.slug.startswith(f"spam-filter-v2-{run_id}-") and info.url_path == f"/play/{info.slug}/"
+    with wb.db.session() as session:
+        row = session.query(Playground).filter_by(slug=info.slug).one()
+        assert row.token_hash == hashlib.sha256(b"s3cret-token").hexdigest()
+    listed = service.list_playgrounds(wb)
+    assert [p.slug for p in listed] == [info.slug] and "token" not in listed[0].to_dict()
+
+    target = service.get_target(wb, info.slug)
+    service.check_token(target, "s3cret-token")
+    with pytest.raises(service.AccessDenied):
+        service.check_token(target, "wrong-token")
+    with pytest.raises(service.AccessDenied):
+        service.check_token(target, None)
+
+    second = service.publish(wb, run_id)
+    assert second.slug != info.slug and not second.has_token
+    service.check_token(service.get_target(wb, second.slug), None)
+
+    service.unpublish(wb, info.slug)
+    with pytest.raises(NotFound):
+        service.get_target(wb, info.slug)
+    assert [p.slug for p in service.list_playgrounds(wb)] == [second.slug]
+    assert len(service.list_playgrounds(wb, include_inactive=True)) == 2
+
+
+def test_publish_refuses_unfinished_or_modelless_runs(wb, tmp_path):
+    with pytest.raises(NotFound):
+        service.publish(wb, 999)
+    with wb.db.session() as session:
+        failed = Run(task="text-classification", model="m", status=FAILED, spec={})
+        empty = Run(task="text-classification", model="m", status="succeeded", spec={}, output_dir=str(tmp_path))
+        session.add_all([failed, empty])
+        session.flush()
+        failed_id, empty_id = failed.id, empty.id
+    with pytest.raises(InvalidState, match="failed"):
+        service.publish(wb, failed_id)
+    with pytest.raises(InvalidState, match="no saved model"):
+        service.publish(wb, empty_id)
+    with pytest.raises(NotFound):
+        service.unpublish(wb, "nope")
+
+
+def test_card_and_examples(wb, random_models):
+    run_id = ps.add_run(wb, "text-pair-classification", random_models["cls"])
+    slug = service.publish(wb, run_id).slug
+    card = service.get_card(wb, slug)
+    assert card["task"] == "text-classification" and card["base_model"] == "tiny-bert"
+    assert card["dataset"] == "tiny text-pair-classification set" and card["validation_examples"] == 2
+    assert card["metrics"] == {"accuracy": 0.75, "f1_macro": 0.7} and card["date"]
+    examples = service.validation_examples(wb, slug)
+    assert examples[0] == {"text": "a man is playing a guitar", "text_pair": "someone plays music"}
+    assert P.resolve_kind("text-classification", examples) == P.PAIR
+
+
+def test_export_zip_and_offline_push(wb, random_models, monkeypatch):
+    run_id = ps.add_run(wb, "text-classification", random_models["cls"])
+    path = service.export_zip(wb, run_id)
+    with zipfile.ZipFile(path) as archive:
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(archive.namelist())
+    assert service.export_zip(wb, run_id) == path  # reused while the model is unchanged
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailable, match="needs internet"):
+        service.push_to_hub(wb, run_id, "someone/model", token="hf_x")
+    with pytest.raises(InvalidState, match="user-or-org"):
+        service.push_to_hub(wb, run_id, "not a repo id")
+
+
+# ------------------------------------------------------------------ input validation
+
+@pytest.mark.parametrize("kind, raw, needle", [
+    (P.TEXT, None, 'missing "inputs"'),
+    (P.TEXT, 3, "expected a string"),
+    (P.TEXT, "  ", "non-empty"),
+    (P.TEXT, "x" * (P.MAX_CHARS + 1), "limit is"),
+    (P.PAIR, "only one", 'expected {"text"'),
+    (P.PAIR, {"text": "a"}, "'text_pair' must be a non-empty string"),
+    (P.QA, {"question": "q"}, "'context'"),
+    (P.QA, {"question": "q", "context": "c", "extra": 1}, "unknown field(s) extra"),
+    (P.MLM, "no mask here", "has no [MASK]"),
+    (P.TEXT, [], "empty"),
+    (P.TEXT, ["a"] * (P.MAX_BATCH + 1), "limit is 64"),
+    (P.TEXT, ["fine", 5], "inputs[1]"),
+])
+def test_bad_inputs_are_rejected_with_where_and_what(kind, raw, needle):
+    with pytest.raises(P.InvalidInput) as info:
+        P.normalize_inputs(kind, raw)
+    assert needle in str(info.value)
+
+
+def test_inputs_single_batch_and_pairs():
+    assert P.normalize_inputs(P.TEXT, "hi") == ([{"text": "hi"}], False)
+    assert P.normalize_inputs(P.TEXT, ["a", {"text": "b"}]) == ([{"text": "a"}, {"text": "b"}], True)
+    assert P.normalize_inputs(P.PAIR, ["a", "b"]) == ([{"text": "a", "text_pair": "b"}], False)
+    items, batch = P.normalize_inputs(P.PAIR, [["a", "b"], {"text": "c", "text_pair": "d"}])
+    assert batch and items[1] == {"text": "c", "text_pair": "d"}
+
+
+# ------------------------------------------------------------------ NER grouping (hand-made offsets)
+
+def test_ner_groups_subtokens_to_whole_words_and_spans():
+    text = "Johnathan Smithers visited New York."
+    words = P.split_words(text)
+    assert [text[s:e] for s, e in words] == ["Johnathan", "Smithers", "visited", "New", "York", "."]
+    # Sub-tokens as a WordPiece tokenizer cuts them: john ##athan smith ##ers visited new york .
+    offsets = [(0, 0), (0, 4), (4, 9), (10, 15), (15, 18), (19, 26), (27, 30), (31, 35), (35, 36), (0, 0)]
+    word_ids = P.word_ids_from_offsets(offsets, words)
+    assert word_ids == [None, 0, 0, 1, 1, 2, 3, 4, 5, None]
+    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    # Later sub-tokens carry nonsense labels: only the first sub-token of a word counts.
+    token_labels = [0, 1, 3, 2, 0, 0, 3, 4, 0, 0]
+    token_scores = [1.0, 0.9, 0.1, 0.8, 0.1, 0.99, 0.7, 0.6, 0.95, 1.0]
+    per_word = P.word_labels(word_ids, token_labels, token_scores, len(words))
+    labels = [(names[i], s) for i, s in per_word]
+    entities = P.group_entities(text, words, labels)
+    assert entities == [
+        {"entity": "PER", "word": "Johnathan Smithers", "start": 0, "end": 18, "score": 0.85},
+        {"entity": "LOC", "word": "New York", "start": 27, "end": 35, "score": 0.65},
+    ]
+
+
+def test_grouping_breaks_on_new_entity_and_handles_plain_pos_tags():
+    text = "Paris London go"
+    words = P.split_words(text)
+    bio = [("B-LOC", 1.0), ("B-LOC", 1.0), ("O", 1.0)]
+    assert [e["word"] for e in P.group_entities(text, words, bio)] == ["Paris", "London"]
+    stray_i = [("I-LOC", 1.0), ("I-PER", 1.0), None]
+    assert [(e["entity"], e["word"]) for e in P.group_entities(text, words, stray_i)] == [("LOC", "Paris"),
+                                                                                          ("PER", "London")]
+    pos = [("PROPN", 0.9), ("PROPN", 0.8), ("VERB", 0.7)]
+    assert [(e["entity"], e["word"]) for e in P.group_entities(text, words, pos)] == [
+        ("PROPN", "Paris"), ("PROPN", "London"), ("VERB", "go")]
+
+
+def test_best_span_stays_in_context_forward_and_short():
+    context_mask = np.array([0, 0, 0, 1, 1, 1, 1, 0])
+    start = np.array([0, 9, 0, 1, 5, 0, 0, 9.0])  # the question token 1 and [SEP] 7 must be ignored
+    end = np.array([0, 0, 0, 4, 0, 0, 3, 9.0])
+    s, e, score, null = P.best_span(start, end, context_mask)
+    assert (s, e) == (4, 6) and 0 < score <= 1 and null < score
+    s, e, _, _ = P.best_span(start, end, context_mask, max_answer_tokens=1)
+    assert s == e
+
+
+# ------------------------------------------------------------------ cache
+
+class Item:
+    def __init__(self, mb):
+        self.nbytes = mb * 2**20
+
+
+def test_cache_evicts_least_recently_used():
+    cache = ModelCache(memory_mb=10)
+    loads = []
+
+    def loader(key, mb):
+        return lambda: loads.append(key) or Item(mb)
+
+    cache.get("a", loader("a", 4))
+    cache.get("b", loader("b", 4))
+    cache.get("a", loader("a", 4))  # hit: a becomes most recent
+    cache.get("c", loader("c", 4), estimate_bytes=4 * 2**20)
+    assert cache.keys() == ["a", "c"] and loads == ["a", "b", "c"] and cache.evictions == 1
+    with pytest.raises(ModelUnavailable, match="WORKBENCH_PLAYGROUND_MEMORY_MB"):
+        cache.get("huge", loader("huge", 11), estimate_bytes=11 * 2**20)
+
+
+def test_cache_loads_a_cold_model_once_under_concurrency():
+    import threading
+    import time
+
+    cache = ModelCache(memory_mb=10)
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.2)
+        return Item(1)
+
+    threads = [threading.Thread(target=cache.get, args=("m", slow)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+
+
+def test_runtime_evicts_real_models_under_a_tiny_bound(wb, random_models):
+    from workbench.playground.runtime import Playgrounds
+
+    slugs = [service.publish(wb, ps.add_run(wb, "text-classification", random_models[n])).slug
+             for n in ("cls", "cls2", "cls3")]
+    one_model_mb = 5  # each tiny model is ~4 MB of weights (mostly the 30522-token embedding)
+    runtime = Playgrounds(wb, memory_mb=one_model_mb)
+    for slug in slugs:
+        assert runtime.predict(slug, "hello")["predictions"][0]["label"]
+    assert runtime.cache.loads == 3 and runtime.cache.evictions == 2
+    assert len(runtime.cache.keys()) == 1 and runtime.cache.used_bytes <= one_model_mb * 2**20
+    assert runtime.cache.keys()[0][0] == str(service.get_target(wb, slugs[-1]).model_dir)
+    runtime.predict(slugs[0], "hello")  # evicted models come back on demand
+    assert runtime.cache.loads == 4 and len(runtime.cache.keys()) == 1
+
+
+# ------------------------------------------------------------------ attention
+
+def test_attention_shapes_and_overview_panels(random_models):
+    from workbench.playground.attention import attention_maps, plot_head, plot_layer, to_image
+    from workbench.playground.predictors import Predictor
+
+    predictor = Predictor(random_models["cls"], P.TEXT)
+    maps = attention_maps(predictor, "the quick brown fox")
+    n = len(maps.tokens)
+    assert maps.tokens[0] == "[CLS]" and maps.tokens[-1] == "[SEP]" and n == 6
+    assert maps.weights.shape == (2, 2, n, n)  # layers x heads x tokens x tokens
+    assert np.allclose(maps.weights.sum(-1), 1.0, atol=1e-4)  # each row is a distribution
+
+    head = plot_head(maps, layer=1, head=0)
+    assert [t.get_text() for t in head.axes[0].get_xticklabels()] == maps.tokens
+    overview = plot_layer(maps, layer=0)
+    assert len([ax for ax in overview.axes if ax.images]) == maps.heads
+    assert to_image(overview).size[0] > 100
+    with pytest.raises(ValueError, match="out of range"):
+        plot_head(maps, layer=2, head=0)
+
+    long_maps = attention_maps(predictor, "word " * 200, max_tokens=16)
+    assert long_maps.weights.shape[-1] == 16
