@@ -112,19 +112,24 @@ def _first_pass(info: SourceInfo, options: ReadOptions, fmt: str, log_: ProblemL
                 details: dict[str, Any]) -> int:
     count = 0
     for record in _records(info, options.task, fmt, options.columns, log_, details):
+        state.classes.update(_classes_of(options.task, record.data))
         if log_.has_errors:
             continue  # keep reading to report every error, but write nothing more
         out.write(json.dumps(record.data, ensure_ascii=False) + "\n")
         state.keys.append(state.key_ids.setdefault(record.key, len(state.key_ids)))
         state.digests.append(_digest(record.dedupe))
         state.lines.append(record.line if record.line is not None else -1)
-        if options.task == "text-classification":
-            label = record.data["label"]
-            state.classes.update(label if isinstance(label, list) else [label])
-        elif options.task == "token-classification":
-            state.classes.update(record.data["tags"])
         count += 1
     return count
+
+
+def _classes_of(task: str, data: dict[str, Any]) -> list[str]:
+    """The labels (or tags) an example contributes; none for QA and MLM."""
+    if task == "text-classification":
+        return data["label"] if isinstance(data["label"], list) else [data["label"]]
+    if task == "token-classification":
+        return data["tags"]
+    return []
 
 
 def _duplicates(digests: np.ndarray) -> np.ndarray:
@@ -177,7 +182,8 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
             count = _first_pass(source, options, fmt, problems, out, state, details)
             if i == 0:
                 boundary = count
-    _check_classes(options.task, state.classes, path.name, problems)
+    if state.classes or not problems.has_errors:
+        _check_classes(options.task, state.classes, path.name, problems)
     if problems.has_errors:
         all_path.unlink(missing_ok=True)
         raise DataValidationError(problems.errors())
@@ -209,8 +215,8 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     if validation_path is not None:
         details["validation_format"] = formats[1]
         unseen = set(result["validation_labels"]) - set(result["train_labels"])
-        if unseen and options.task == "text-classification":
-            problems.warning("unseen label", names[1], f"labels only in the validation file: {sorted(unseen)}",
+        if unseen:
+            problems.warning("unseen label", names[1], f"labels only in the validation file: {sorted(unseen)[:20]}",
                              hint="the model cannot predict labels it never saw in training")
     return Prepared(
         task=options.task, format=formats[0], files=names, sha256=[s.sha256 for s in sources],
@@ -243,10 +249,7 @@ def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.
             (valid if part == "validation" else train).write(raw)
             counts[part] += 1
             labels.add(data)
-            if options.task == "text-classification":
-                label = data["label"]
-                (validation_labels if part == "validation" else train_labels).update(
-                    label if isinstance(label, list) else [label])
+            (validation_labels if part == "validation" else train_labels).update(_classes_of(options.task, data))
             sample.add(data)
             if len(preview) < PREVIEW_ROWS:
                 preview.append(_shorten(data))

@@ -1,0 +1,154 @@
+"""Every problem the issue names: reported with file, line or record, column and a hint."""
+from __future__ import annotations
+
+import pytest
+
+from storage.datasets.problems import MAX_ERRORS
+from tests.conftest import DATA_DIR
+from workbench.errors import DataValidationError
+from workbench.services.datasets import inspect_file
+
+B = DATA_DIR / "datasets" / "broken"
+
+
+def errors_of(path, task, **kwargs):
+    with pytest.raises(DataValidationError) as info:
+        inspect_file(path, task, tokenizer=False, **kwargs)
+    problems = info.value.problems
+    assert problems and all(p.severity == "error" and p.hint for p in problems[:-1] or problems)
+    return problems
+
+
+def test_empty_file():
+    (problem,) = errors_of(B / "empty.csv", "text-classification")
+    assert problem.file == "empty.csv" and "empty" in problem.message
+
+
+def test_header_only():
+    (problem,) = errors_of(B / "header_only.csv", "text-classification")
+    assert "header row but no examples" in problem.message and problem.line == 1
+
+
+def test_missing_column_names_the_columns_present_and_the_option():
+    (problem,) = errors_of(B / "missing_column.csv", "text-classification")
+    assert "missing column" in problem.message and "'stars'" in problem.message
+    assert "--label-column" in problem.hint
+
+
+def test_explicit_column_that_does_not_exist():
+    from storage.datasets import ColumnMapping
+
+    (problem,) = errors_of(B / "missing_column.csv", "text-classification", columns=ColumnMapping(label="rating"))
+    assert problem.column == "rating" and "not in the file" in problem.message
+
+
+def test_every_ragged_row_is_reported_with_its_line():
+    problems = errors_of(B / "ragged.csv", "text-classification")
+    assert [(p.line, "ragged row" in p.message) for p in problems] == [(3, True), (6, True)]
+    assert "quote" in problems[0].hint
+
+
+def test_broken_json_names_line_3():
+    (problem,) = errors_of(B / "broken_json.jsonl", "text-classification")
+    assert problem.line == 3 and problem.message.startswith("broken JSON on line 3")
+    assert str(problem).startswith("broken_json.jsonl:3: error: broken JSON on line 3")
+
+
+def test_tokens_and_tags_of_different_length():
+    (problem,) = errors_of(B / "length_mismatch.jsonl", "token-classification")
+    assert problem.line == 2 and "3 tokens, 2 tags" in problem.message and problem.column == "tags"
+
+
+def test_conll_line_without_tag():
+    (problem,) = errors_of(B / "conll_one_column.conll", "token-classification")
+    assert problem.line == 2 and "token and a tag" in problem.message
+
+
+def test_squad_answer_start_mismatch_names_the_question_id_and_the_right_offset():
+    (problem,) = errors_of(B / "squad_bad_start.json", "question-answering")
+    assert problem.record == "q-bad-1" and "q-bad-1" in problem.message
+    assert "answer_start 40" in problem.message and "answer_start=45" in problem.hint
+    assert "(record q-bad-1)" in str(problem)
+
+
+def test_fewer_than_two_classes():
+    (problem,) = errors_of(B / "one_class.csv", "text-classification")
+    assert "fewer than 2 classes" in problem.message and "greeting" in problem.message
+
+
+def test_single_tag_token_file_is_rejected(tmp_path):
+    path = tmp_path / "all_o.conll"
+    path.write_text("a\tO\nb\tO\n\nc\tO\n")
+    (problem,) = errors_of(path, "token-classification")
+    assert "fewer than 2 classes" in problem.message
+
+
+@pytest.mark.parametrize("name, what", [("spreadsheet.xlsx", "ZIP archive"), ("nul_bytes.csv", "NUL bytes")])
+def test_binary_content(name, what):
+    (problem,) = errors_of(B / name, "text-classification")
+    assert "not a text file" in problem.message and what in problem.message and "UTF-8" in problem.hint
+
+
+def test_cp1252_file_is_decoded_with_a_warning_naming_the_encoding():
+    report = inspect_file(B / "cp1252.csv", "text-classification", tokenizer=False, validation_fraction=0)
+    assert report.details["encoding"] == "cp1252"
+    assert report.preview[0]["text"] == "“Café” was great"
+    assert report.preview[1]["text"] == "the crème brûlée was cold"
+    (warning,) = [w for w in report.warnings if "not UTF-8" in w.message]
+    assert warning.line == 2 and "cp1252" in warning.message and "UTF-8" in warning.hint
+
+
+def test_utf16_with_bom_is_decoded(tmp_path):
+    path = tmp_path / "utf16.csv"
+    path.write_text("text,label\nhé,a\nho,b\n", encoding="utf-16")
+    report = inspect_file(path, "text-classification", tokenizer=False, validation_fraction=0)
+    assert report.preview[0]["text"] == "hé"
+    assert any("utf-16" in w.message for w in report.warnings)
+
+
+def test_repairable_problems_are_warnings_with_lines():
+    report = inspect_file(B / "repairable.csv", "text-classification", tokenizer=False, validation_fraction=0)
+    found = {(w.line, w.message.split(";")[0]) for w in report.warnings}
+    assert found == {(4, "blank label"), (6, "blank text"), (5, "duplicate of line 2")}
+    assert report.examples == 4 and report.labels == {"neg": 2, "pos": 2}
+    assert report.details["duplicates_dropped"] == 1
+
+
+def test_iob_violations_are_repaired_to_b_and_named_by_line():
+    report = inspect_file(B / "iob.conll", "token-classification", tokenizer=False, validation_fraction=0)
+    assert report.preview[0]["tags"] == ["B-PER", "O", "O", "B-LOC", "I-LOC"]
+    assert report.preview[1]["tags"] == ["O", "B-LOC", "I-LOC"]
+    assert sorted(w.line for w in report.warnings) == [1, 8]
+    assert all("changed to B-" in w.message for w in report.warnings)
+
+
+def test_many_errors_are_capped_with_a_count(tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_text("not json\n" * (MAX_ERRORS + 30))
+    problems = errors_of(path, "text-classification")
+    assert len(problems) == MAX_ERRORS + 1
+    assert "30 more error(s)" in problems[-1].message
+
+
+def test_size_limit_refuses_with_the_setting_name(tmp_path):
+    path = tmp_path / "big.csv"
+    path.write_text("text,label\n" + "x,y\n" * 1000)
+    (problem,) = errors_of(path, "text-classification", max_bytes=1000)
+    assert "limit" in problem.message and "WORKBENCH_MAX_UPLOAD_MB" in problem.hint
+
+
+def test_wrong_format_for_task_is_a_config_error():
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="accepts: conll, jsonl"):
+        inspect_file(B / "iob.conll", "token-classification", format="csv")
+    with pytest.raises(ConfigError, match="unknown task"):
+        inspect_file(B / "iob.conll", "ner")
+
+
+def test_one_class_is_reported_together_with_other_errors(tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text("text,label\na,x\nb,x,extra\nc,x\n")
+    problems = errors_of(path, "text-classification")
+    assert [p.line for p in problems] == [3, None]
+    assert "fewer than 2 classes" in problems[1].message

@@ -1,0 +1,176 @@
+"""Import into the content-addressed store: atomic, re-upload detection, reproducible split, big files."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from storage.datasets.split import validation_mask
+from storage.models import Dataset
+from tests.conftest import DATA_DIR
+from workbench.errors import DataValidationError, NotFound
+from workbench.services import datasets as service
+
+D = DATA_DIR / "datasets"
+
+
+def rows(path):
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def dataset_count(wb):
+    with wb.db.session() as session:
+        return session.scalar(select(func.count()).select_from(Dataset))
+
+
+def test_import_writes_normalized_files_row_and_original(wb):
+    summary = service.import_dataset(wb, D / "real/sms_spam.csv", "text-classification", tokenizer=False)
+    assert summary.id.startswith("ds-") and summary.name == "sms_spam" and not summary.reused
+    train, validation = service.dataset_files(wb, summary.id)
+    assert len(rows(train)) == summary.train and len(rows(validation)) == summary.validation
+    assert summary.examples == summary.train + summary.validation == sum(summary.labels.values())
+    assert set(rows(train)[0]) == {"text", "label"}
+    folder = wb.settings.datasets_dir / summary.id
+    assert (folder / "source" / "sms_spam.csv").read_bytes() == (D / "real/sms_spam.csv").read_bytes()
+    assert json.loads((folder / "meta.json").read_text())["examples"] == summary.examples
+    assert [d.id for d in service.list_datasets(wb)] == [summary.id]
+    assert service.get_dataset(wb, "sms_spam").id == summary.id
+    assert service.get_dataset(wb, summary.id[:8]).id == summary.id
+    assert set(summary.to_dict()) >= {"id", "name", "task", "format", "examples", "train", "validation",
+                                      "labels", "warnings", "reused"}
+
+
+def test_reupload_of_the_same_bytes_and_options_is_detected(wb, tmp_path):
+    first = service.import_dataset(wb, D / "real/trec.csv", "text-classification", tokenizer=False)
+    copy = tmp_path / "renamed.csv"
+    copy.write_bytes((D / "real/trec.csv").read_bytes())
+    again = service.import_dataset(wb, copy, "text-classification", name="other name", tokenizer=False)
+    assert again.reused and again.id == first.id
+    other_seed = service.import_dataset(wb, copy, "text-classification", seed=7, tokenizer=False)
+    assert not other_seed.reused and other_seed.id != first.id
+    assert dataset_count(wb) == 2
+
+
+@pytest.mark.parametrize("name, task", [("ragged.csv", "text-classification"),
+                                        ("squad_bad_start.json", "question-answering"),
+                                        ("spreadsheet.xlsx", "text-classification")])
+def test_rejected_upload_leaves_no_row_and_no_files(wb, name, task):
+    with pytest.raises(DataValidationError):
+        service.import_dataset(wb, D / "broken" / name, task, tokenizer=False)
+    assert dataset_count(wb) == 0
+    assert not wb.settings.datasets_dir.exists() or list(wb.settings.datasets_dir.iterdir()) == []
+
+
+def test_failure_while_storing_leaves_nothing(wb, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("storage.datasets.store.os.replace", refuse)
+    with pytest.raises(OSError):
+        service.import_dataset(wb, D / "real/trec.csv", "text-classification", tokenizer=False)
+    assert dataset_count(wb) == 0
+    assert list(wb.settings.datasets_dir.iterdir()) == []
+
+
+def test_split_is_stratified_and_reproducible(wb, settings):
+    a = service.import_dataset(wb, D / "real/trec.csv", "text-classification", tokenizer=False,
+                               validation_fraction=0.25, seed=3)
+    train_a, valid_a = (rows(p) for p in service.dataset_files(wb, a.id))
+    service.delete_dataset(wb, a.id)
+    b = service.import_dataset(wb, D / "real/trec.csv", "text-classification", tokenizer=False,
+                               validation_fraction=0.25, seed=3)
+    assert b.id == a.id and not b.reused
+    assert (train_a, valid_a) == tuple(rows(p) for p in service.dataset_files(wb, b.id))
+    for label, count in a.labels.items():
+        in_validation = sum(r["label"] == label for r in valid_a)
+        assert in_validation == max(1, round(count * 0.25)) if count >= 2 else in_validation == 0
+
+
+def test_split_modes_pure():
+    keys = np.array([0] * 80 + [1] * 20)
+    mask = validation_mask(keys, 0.1, 13, "stratified")
+    assert mask[:80].sum() == 8 and mask[80:].sum() == 2
+    assert (mask == validation_mask(keys, 0.1, 13, "stratified")).all()
+    assert (mask != validation_mask(keys, 0.1, 14, "stratified")).any()
+    groups = np.repeat(np.arange(10), 5)
+    grouped = validation_mask(groups, 0.2, 13, "grouped")
+    for g in range(10):  # a paragraph's questions stay together
+        assert len(set(grouped[groups == g])) == 1
+    assert grouped.sum() == 10
+    assert validation_mask(np.zeros(1, dtype=int), 0.5, 1, "random").sum() == 0
+
+
+def test_qa_split_keeps_paragraphs_together(wb):
+    summary = service.import_dataset(wb, D / "real/squad_v1.json", "question-answering", tokenizer=False,
+                                     validation_fraction=0.3)
+    train, validation = (rows(p) for p in service.dataset_files(wb, summary.id))
+    assert train and validation
+    assert not {r["context"] for r in train} & {r["context"] for r in validation}
+
+
+def test_separate_validation_file_skips_the_split(wb):
+    summary = service.import_dataset(wb, D / "real/wnut16.conll", "token-classification", tokenizer=False,
+                                     validation_path=D / "formats/conll2003.conll")
+    assert summary.validation == 3
+    assert any("only in the validation file" in w and "B-ORG" in w for w in summary.warnings)
+    assert summary.train == len(rows(service.dataset_files(wb, summary.id)[0]))
+
+
+def test_invalid_validation_file_is_reported_with_its_name(wb):
+    with pytest.raises(DataValidationError) as info:
+        service.import_dataset(wb, D / "real/wnut16.jsonl", "token-classification", tokenizer=False,
+                               validation_path=D / "broken/length_mismatch.jsonl")
+    assert [p.file for p in info.value.problems] == ["length_mismatch.jsonl"]
+    assert dataset_count(wb) == 0
+
+
+def test_delete_and_not_found(wb):
+    summary = service.import_dataset(wb, D / "formats/pairs.csv", "text-classification", tokenizer=False)
+    service.delete_dataset(wb, summary.id)
+    assert not (wb.settings.datasets_dir / summary.id).exists()
+    with pytest.raises(NotFound, match="workbench data list"):
+        service.get_dataset(wb, summary.id)
+    with pytest.raises(NotFound, match="no such file"):
+        service.import_dataset(wb, D / "nope.csv", "text-classification")
+
+
+def test_upload_limit_is_the_setting(tmp_path):
+    from workbench.context import open_workbench
+    from workbench.settings import Settings
+
+    wb = open_workbench(Settings.from_env({"WORKBENCH_MAX_UPLOAD_MB": "1"}, home=str(tmp_path / "home")))
+    big = tmp_path / "big.csv"
+    big.write_text("text,label\n" + "".join(f"row {i} with some words,{i % 2}\n" for i in range(60_000)))
+    try:
+        with pytest.raises(DataValidationError, match="limit is 1 MB"):
+            service.import_dataset(wb, big, "text-classification", tokenizer=False)
+        assert dataset_count(wb) == 0
+    finally:
+        wb.close()
+
+
+def test_a_100_mb_file_streams_with_bounded_memory(wb, tmp_path):
+    path = tmp_path / "big.csv"
+    filler = "lorem ipsum dolor sit amet " * 36  # about 1 kB per row
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("text,label\n")
+        for i in range(105_000):
+            fh.write(f"{i} {filler},{'abc'[i % 3]}\n")
+    size = os.path.getsize(path)
+    assert size >= 100 * 10**6
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        summary = service.import_dataset(wb, path, "text-classification", tokenizer=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary.examples == 105_000 and summary.labels == {"a": 35_000, "b": 35_000, "c": 35_000}
+    assert peak < 40 * 10**6, f"peak Python memory {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB file"
+    print(f"100 MB import: {time.monotonic() - started:.1f}s, peak traced memory {peak / 1e6:.1f} MB")
