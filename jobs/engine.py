@@ -107,7 +107,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     else:
         train, validation = _split_validation(train, spec.train.seed)
     hp = resolve_hyperparameters(spec, info, len(train))
-    hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)
+    if spec.task == "question-answering":
+        hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)  # the overlap must leave room to advance
     device = pick_device(device)
     set_seed(hp["seed"])
 
@@ -164,6 +165,13 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         raise TrainingError(f"CUDA out of memory at batch size {bs} — try {max(1, bs // 2)} or enable LoRA",
                             "lower the batch size or the max length, or enable LoRA") from None
     train_seconds = time.perf_counter() - started
+    steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
+    if resume or hp["max_steps"]:
+        samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"]
+    else:
+        samples = len(prepared.train_dataset) * hp["epochs"]
+    # throughput of the optimisation itself: evaluation and checkpoint writing inside train() excluded
+    pure_seconds = max(train_seconds - trainer.overhead_seconds, 1e-9)
     if callback.cancelled:
         log.info("cancelled at step %d; checkpoint saved in %s", trainer.state.global_step, checkpoints)
         raise Cancelled(f"cancelled at step {trainer.state.global_step}")
@@ -179,7 +187,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         "peak_rss_mb": round(_peak_rss_mb(), 1),
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else 0.0,
         "train_seconds": round(train_seconds, 2),
-        "samples_per_second": round(float(result.metrics.get("train_samples_per_second", 0.0)), 3),
+        "samples_per_second": round(samples / pure_seconds, 3),
+        "eval_and_checkpoint_seconds": round(trainer.overhead_seconds, 2),
         "device": device,
     })
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),

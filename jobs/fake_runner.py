@@ -8,6 +8,7 @@ The behaviour is chosen by the run's model name, so one queue can mix them:
     fake:abort            os.abort(): a real SIGABRT, as a segfault would be
     fake:oom              raises the RuntimeError torch raises on CUDA OOM
     fake:raise            raises ValueError
+    fake:hang             sleeps without ever checking for a cancel (to test the kill after a timeout)
 
 ``python -m jobs.fake_runner RUN_ID --attempt N`` is the subprocess form
 (``fake_subprocess_runner()``); ``InProcessRunner`` runs the same in a thread for
@@ -78,6 +79,8 @@ def fake_train(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: s
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
     if mode == "raise":
         raise ValueError("boom")
+    if mode == "hang":
+        time.sleep(3600)
     if mode == "steps":
         metrics = _steps(output_dir, reporter, int(args[0]), float(args[1]) if len(args) > 1 else 0.05)
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Optional
 
 import torch
@@ -30,6 +31,22 @@ class WorkbenchTrainer(Trainer):
     which reorders predictions against the validation records; predictions here
     must line up with records (QA windows, error-analysis rows), so eval is sequential.
     """
+
+    overhead_seconds = 0.0  # time spent evaluating and checkpointing inside train(), for samples/s
+
+    def evaluate(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            self.overhead_seconds += time.perf_counter() - started
+
+    def _save_checkpoint(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return super()._save_checkpoint(*args, **kwargs)
+        finally:
+            self.overhead_seconds += time.perf_counter() - started
 
     def _get_eval_sampler(self, eval_dataset):
         return torch.utils.data.SequentialSampler(eval_dataset) if eval_dataset is not None else None
@@ -114,7 +131,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         lr_scheduler_type="linear",
         num_train_epochs=hp["epochs"],
         max_steps=hp["max_steps"] or -1,
-        train_sampling_strategy="group_by_length",
+        train_sampling_strategy="group_by_length" if hp.get("group_by_length", True) else "random",
         eval_strategy=strategy,
         save_strategy=strategy,
         eval_steps=eval_steps,

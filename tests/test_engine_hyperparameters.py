@@ -1,0 +1,58 @@
+"""The defaults: task, model size and data size pick them; explicit values win."""
+import pytest
+
+from jobs.catalogue import ModelInfo
+from jobs.hyperparameters import QUICK_MAX_STEPS, resolve_hyperparameters
+from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+
+SMALL = ModelInfo("mini", "x", "bert", 6, 384, 12, 22_700_000)
+BASE = ModelInfo("base", "x", "bert", 12, 768, 12, 110_000_000)
+LARGE = ModelInfo("large", "x", "bert", 24, 1024, 16, 335_000_000)
+
+
+def _spec(task="text-classification", **train):
+    return RunSpec(task=task, data=DataSpec(train_path="t.jsonl"), train=TrainSpec(**train))
+
+
+@pytest.mark.parametrize("task,model,lr", [
+    ("text-classification", SMALL, 5e-5), ("token-classification", SMALL, 1e-4), ("question-answering", SMALL, 1e-4),
+    ("text-classification", BASE, 3e-5), ("token-classification", BASE, 5e-5), ("text-classification", LARGE, 2e-5),
+])
+def test_learning_rate_follows_task_and_model_size(task, model, lr):
+    assert resolve_hyperparameters(_spec(task), model, 2000)["learning_rate"] == lr
+
+
+def test_standard_defaults():
+    hp = resolve_hyperparameters(_spec(), SMALL, 2000)
+    assert (hp["batch_size"], hp["epochs"], hp["warmup_ratio"], hp["weight_decay"], hp["max_length"]) == (16, 3.0, 0.06, 0.01, 128)
+    assert hp["max_steps"] is None and hp["early_stopping_patience"] == 0
+
+
+def test_data_size_drives_epochs_and_batch():
+    assert resolve_hyperparameters(_spec(), SMALL, 100_000)["epochs"] == 2.0
+    assert resolve_hyperparameters(_spec(), SMALL, 300_000)["epochs"] == 1.0
+    assert resolve_hyperparameters(_spec(), SMALL, 100)["batch_size"] == 8
+
+
+def test_presets():
+    quick = resolve_hyperparameters(_spec(preset="quick"), SMALL, 100_000)
+    assert quick["epochs"] == 1.0 and quick["max_steps"] == QUICK_MAX_STEPS
+    assert resolve_hyperparameters(_spec(preset="quick"), SMALL, 160)["max_steps"] == 20  # one epoch is shorter
+    thorough = resolve_hyperparameters(_spec(preset="thorough"), SMALL, 2000)
+    assert thorough["epochs"] == 5.0 and thorough["early_stopping_patience"] == 2
+
+
+def test_explicit_values_win():
+    hp = resolve_hyperparameters(_spec(learning_rate=1e-3, batch_size=4, epochs=7, max_length=64), BASE, 2000)
+    assert (hp["learning_rate"], hp["batch_size"], hp["epochs"], hp["max_length"]) == (1e-3, 4, 7.0, 64)
+
+
+def test_lora_raises_the_default_rate_only():
+    spec = RunSpec(task="text-classification", data=DataSpec(train_path="t"), lora=LoraSpec(enabled=True))
+    assert resolve_hyperparameters(spec, SMALL, 2000)["learning_rate"] == 5e-4
+    spec.train.learning_rate = 2e-5
+    assert resolve_hyperparameters(spec, SMALL, 2000)["learning_rate"] == 2e-5
+
+
+def test_qa_has_a_longer_window():
+    assert resolve_hyperparameters(_spec("question-answering"), SMALL, 500)["max_length"] == 384

@@ -1,0 +1,48 @@
+"""Label alignment and word/entity mapping on hand-written word_ids."""
+from jobs.tasks.token_classification import (IGNORE, align_labels, continuation_map, entity_spans, is_bio,
+                                             word_metrics, word_predictions)
+
+
+def test_first_subtoken_gets_the_label_and_specials_are_ignored():
+    # [CLS] new york ##er rocks [SEP]  → words: 0 "new", 1 "yorker" (2 pieces), 2 "rocks"
+    word_ids = [None, 0, 1, 1, 2, None]
+    assert align_labels(word_ids, [1, 2, 0]) == [IGNORE, 1, 2, IGNORE, 0, IGNORE]
+
+
+def test_label_all_subtokens_turns_b_into_i_on_continuations():
+    names = ["O", "B-LOC", "I-LOC"]
+    word_ids = [None, 0, 0, 0, 1, None]
+    assert align_labels(word_ids, [1, 0], True, continuation_map(names)) == [IGNORE, 1, 2, 2, 0, IGNORE]
+
+
+def test_repeated_word_id_after_a_gap_is_still_a_continuation_only_when_adjacent():
+    # two different words with the same index cannot happen, but a pair of sequences restarts word ids
+    word_ids = [None, 0, 1, None, 0, None]
+    assert align_labels(word_ids, [3, 4]) == [IGNORE, 3, 4, IGNORE, 3, IGNORE]
+
+
+def test_word_predictions_take_the_first_subtoken_and_leave_truncated_words_empty():
+    word_ids = [None, 0, 0, 1, None]
+    assert word_predictions(word_ids, [9, 5, 6, 7, 9], n_words=3) == [5, 7, None]
+
+
+def test_bio_detection():
+    assert is_bio(["O", "B-PER", "I-PER"])
+    assert not is_bio(["NN", "VB", "O"])
+
+
+def test_entity_spans_and_metrics():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+    pred = [["B-PER", "I-PER", "O", "O"]]
+    assert entity_spans(gold[0]) == [{"type": "PER", "start": 0, "end": 2}, {"type": "LOC", "start": 3, "end": 4}]
+    metrics, tables = word_metrics(gold, pred, bio=True)
+    assert metrics["token_accuracy"] == 0.75
+    assert metrics["entity_precision"] == 1.0 and metrics["entity_recall"] == 0.5
+    assert abs(metrics["entity_f1"] - 2 / 3) < 1e-9
+    per = {row["entity"]: row for row in tables["per_entity"]}
+    assert per["LOC"]["recall"] == 0.0 and per["PER"]["f1"] == 1.0
+
+
+def test_pos_tags_report_token_accuracy_only():
+    metrics, _ = word_metrics([["NN", "VB"]], [["NN", "NN"]], bio=False)
+    assert metrics == {"token_accuracy": 0.5}
