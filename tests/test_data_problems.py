@@ -152,3 +152,12 @@ def test_one_class_is_reported_together_with_other_errors(tmp_path):
     problems = errors_of(path, "text-classification")
     assert [p.line for p in problems] == [3, None]
     assert "fewer than 2 classes" in problems[1].message
+
+
+def test_same_text_with_another_label_is_called_out(tmp_path):
+    path = tmp_path / "conflict.csv"
+    path.write_text("text,label\ngood,pos\nbad,neg\ngood,neg\ngood,pos\n")
+    report = inspect_file(path, "text-classification", tokenizer=False, validation_fraction=0)
+    messages = {(w.line, w.message) for w in report.warnings}
+    assert messages == {(4, "same text as line 2 but another label; dropped"), (5, "duplicate of line 2; dropped")}
+    assert report.warning_counts == {"conflicting duplicate": 1, "duplicate": 1}

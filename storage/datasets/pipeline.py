@@ -66,6 +66,7 @@ class Prepared:
     details: dict[str, Any]
     token_stats: dict[str, Any] | None
     warnings: list[Problem]
+    warning_counts: dict[str, int]
     preview: list[dict[str, Any]]
     train_path: Path
     validation_path: Path
@@ -191,6 +192,9 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     digests = np.frombuffer(state.digests, dtype=np.int64) if len(state.digests) else np.zeros(0, dtype=np.int64)
     first = _duplicates(digests)
     details["duplicates_dropped"] = int((first >= 0).sum())
+    # Same text, other label: still dropped (the first copy wins) but said differently, since it is a labelling slip.
+    conflicting = (first >= 0) & (keys != keys[np.maximum(first, 0)]) if options.task == "text-classification" \
+        else np.zeros(len(first), dtype=bool)
     if validation_path is None:
         keep = first < 0
         in_validation = np.zeros(len(keys), dtype=bool)
@@ -199,8 +203,8 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     else:
         in_validation = np.arange(len(keys)) >= boundary
     names = [s.path.name for s in sources]
-    result = _second_pass(all_path, out_dir, options, first, in_validation, boundary, names, state.lines, problems,
-                          sample_size)
+    result = _second_pass(all_path, out_dir, options, first, conflicting, in_validation, boundary, names,
+                          state.lines, problems, sample_size)
     all_path.unlink()
     if not result["train"]:
         problems.error(path.name, "no training examples are left after removing duplicates and the validation part",
@@ -222,12 +226,12 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
         task=options.task, format=formats[0], files=names, sha256=[s.sha256 for s in sources],
         columns=details.pop("columns", {}), examples=result["train"] + result["validation"],
         train=result["train"], validation=result["validation"], labels=labels.label_counts(), details=details,
-        token_stats=token_stats, warnings=problems.warnings(), preview=result["preview"],
+        token_stats=token_stats, warnings=problems.warnings(), warning_counts=problems.warning_counts(), preview=result["preview"],
         train_path=out_dir / "train.jsonl", validation_path=out_dir / "validation.jsonl")
 
 
-def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.ndarray, in_validation: np.ndarray,
-                 boundary: int, names: list[str], lines: array.array, problems: ProblemLog,
+def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.ndarray, conflicting: np.ndarray,
+                 in_validation: np.ndarray, boundary: int, names: list[str], lines: array.array, problems: ProblemLog,
                  sample_size: int) -> dict[str, Any]:
     labels = LabelStats(options.task)
     originals = {int(k): "" for k in np.unique(first[first >= 0])}
@@ -243,7 +247,8 @@ def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.
             if i in originals:
                 originals[i] = str(data.get("id", ""))
             if first[i] >= 0:
-                _duplicate_warning(problems, i, int(first[i]), boundary, names, lines, data, originals)
+                _duplicate_warning(problems, i, int(first[i]), bool(conflicting[i]), boundary, names, lines, data,
+                                   originals)
                 continue
             part = "validation" if in_validation[i] else "train"
             (valid if part == "validation" else train).write(raw)
@@ -257,7 +262,7 @@ def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.
             "train_labels": train_labels, "validation_labels": validation_labels}
 
 
-def _duplicate_warning(problems: ProblemLog, i: int, original: int, boundary: int, names: list[str],
+def _duplicate_warning(problems: ProblemLog, i: int, original: int, conflict: bool, boundary: int, names: list[str],
                        lines: array.array, data: dict[str, Any], originals: dict[int, str]) -> None:
     file_of = lambda k: names[0] if k < boundary or len(names) == 1 else names[1]  # noqa: E731
     line = lines[i] if lines[i] >= 0 else None
@@ -265,6 +270,10 @@ def _duplicate_warning(problems: ProblemLog, i: int, original: int, boundary: in
              else f"question {originals[original]}" if originals.get(original) else "an earlier example")
     if file_of(original) != file_of(i):
         where += f" of {file_of(original)}"
+    if conflict:
+        problems.warning("conflicting duplicate", file_of(i), f"same text as {where} but another label; dropped",
+                         line=line, column="label", hint="decide on one label for this text (kept: the first copy)")
+        return
     problems.warning("duplicate", file_of(i), f"duplicate of {where}; dropped", line=line,
                      record=data.get("id") if line is None else None,
                      hint="remove repeated examples (kept: the first copy)")

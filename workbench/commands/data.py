@@ -5,7 +5,7 @@ Scripts depend on these names and on the JSON keys; errors are printed by ``work
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
@@ -14,8 +14,24 @@ from workbench.cli import data_app, emit
 from workbench.context import open_workbench
 from workbench.services import datasets as service
 
-TASK_HELP = "text-classification, token-classification, question-answering or masked-lm"
-FORMAT_HELP = "csv, tsv, jsonl, conll, squad or text (default: detected)"
+T = TypeVar("T")
+
+TASK = typer.Option(..., "--task", help="text-classification, token-classification, question-answering or masked-lm")
+FORMAT = typer.Option(None, "--format", help="csv, tsv, jsonl, conll, squad or text (default: detected)")
+TEXT_COLUMN = typer.Option(None, "--text-column", help="Column (or JSON key) with the text.")
+LABEL_COLUMN = typer.Option(None, "--label-column", help="Column (or JSON key) with the label.")
+TEXT_PAIR_COLUMN = typer.Option(None, "--text-pair-column", help="Second text of a pair.")
+LABEL_SEPARATOR = typer.Option(None, "--label-separator", help="Splits multi-label cells, e.g. '|'.")
+AS_JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
+def _with_workbench(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call a service with a workbench opened from the environment, and close it."""
+    wb = open_workbench()
+    try:
+        return fn(wb, *args, **kwargs)
+    finally:
+        wb.close()
 
 
 def _columns(text: Optional[str], label: Optional[str], pair: Optional[str],
@@ -49,53 +65,44 @@ def _warnings_block(warnings: list) -> str:
 @data_app.command("validate")
 def validate(
     path: Path = typer.Argument(..., help="The data file."),
-    task: str = typer.Option(..., "--task", help=TASK_HELP),
-    format: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column (or JSON key) with the text."),
-    label_column: Optional[str] = typer.Option(None, "--label-column", help="Column (or JSON key) with the label."),
-    text_pair_column: Optional[str] = typer.Option(None, "--text-pair-column", help="Second text of a pair."),
-    label_separator: Optional[str] = typer.Option(None, "--label-separator", help="Splits multi-label cells, e.g. '|'."),
+    task: str = TASK,
+    format: Optional[str] = FORMAT,
+    text_column: Optional[str] = TEXT_COLUMN,
+    label_column: Optional[str] = LABEL_COLUMN,
+    text_pair_column: Optional[str] = TEXT_PAIR_COLUMN,
+    label_separator: Optional[str] = LABEL_SEPARATOR,
     max_length: int = typer.Option(128, "--max-length", help="Token length counted as truncated above."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Check a data file and print its statistics; exit 2 with one line per problem when it is invalid."""
-    wb = open_workbench()
-    try:
-        report = service.validate_file(wb, path, task, format=format, max_length=max_length,
-                                       columns=_columns(text_column, label_column, text_pair_column, label_separator))
-    finally:
-        wb.close()
+    report = _with_workbench(service.validate_file, path, task, format=format, max_length=max_length,
+                             columns=_columns(text_column, label_column, text_pair_column, label_separator))
     text = (f"{path}: valid {report.task} data ({report.format}), {report.examples} examples "
             f"({report.train} train / {report.validation} validation after the default split)"
             f"{_labels_line(report.labels)}{_tokens_line(report.token_stats)}"
-            f"\nwarnings: {len(report.warnings)}{_warnings_block(report.warnings)}")
+            f"\nwarnings: {sum(report.warning_counts.values())}{_warnings_block(report.warnings)}")
     emit(report.to_dict(), as_json, text)
 
 
 @data_app.command("import")
 def import_(
     path: Path = typer.Argument(..., help="The data file."),
-    task: str = typer.Option(..., "--task", help=TASK_HELP),
+    task: str = TASK,
     name: Optional[str] = typer.Option(None, "--name", help="Display name (default: the file name)."),
     validation: Optional[Path] = typer.Option(None, "--validation", help="A separate validation file (no split)."),
     validation_fraction: float = typer.Option(0.1, "--validation-fraction", help="Share held out for validation."),
     seed: int = typer.Option(13, "--seed", help="Seed of the train/validation split."),
-    format: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column (or JSON key) with the text."),
-    label_column: Optional[str] = typer.Option(None, "--label-column", help="Column (or JSON key) with the label."),
-    text_pair_column: Optional[str] = typer.Option(None, "--text-pair-column", help="Second text of a pair."),
-    label_separator: Optional[str] = typer.Option(None, "--label-separator", help="Splits multi-label cells, e.g. '|'."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    format: Optional[str] = FORMAT,
+    text_column: Optional[str] = TEXT_COLUMN,
+    label_column: Optional[str] = LABEL_COLUMN,
+    text_pair_column: Optional[str] = TEXT_PAIR_COLUMN,
+    label_separator: Optional[str] = LABEL_SEPARATOR,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Validate and store a data file; prints the dataset id."""
-    wb = open_workbench()
-    try:
-        summary = service.import_dataset(
-            wb, path, task, name=name, format=format, validation_path=validation,
-            validation_fraction=validation_fraction, seed=seed,
-            columns=_columns(text_column, label_column, text_pair_column, label_separator))
-    finally:
-        wb.close()
+    summary = _with_workbench(service.import_dataset, path, task, name=name, format=format,
+                              validation_path=validation, validation_fraction=validation_fraction, seed=seed,
+                              columns=_columns(text_column, label_column, text_pair_column, label_separator))
     if as_json:
         emit(summary.to_dict(), True)
         return
@@ -108,14 +115,10 @@ def import_(
 @data_app.command("list")
 def list_(
     task: Optional[str] = typer.Option(None, "--task", help="Only datasets of this task."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """List stored datasets, newest first."""
-    wb = open_workbench()
-    try:
-        rows = service.list_datasets(wb, task)
-    finally:
-        wb.close()
+    rows = _with_workbench(service.list_datasets, task)
     lines = [f"{d.id}  {d.task:<21} {d.examples:>8}  {d.created_at}  {d.name}" for d in rows]
     emit([d.to_dict() for d in rows], as_json, "\n".join(lines) if lines else "no datasets yet")
 
@@ -123,17 +126,14 @@ def list_(
 @data_app.command("show")
 def show(
     dataset: str = typer.Argument(..., help="Dataset id, id prefix or name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Show one stored dataset: counts, labels, token lengths, warnings."""
-    wb = open_workbench()
-    try:
-        d = service.get_dataset(wb, dataset)
-    finally:
-        wb.close()
+    d = _with_workbench(service.get_dataset, dataset)
     text = (f"{d.id} {d.name!r}: {d.task} ({d.format}), {d.examples} examples ({d.train} train / "
             f"{d.validation} validation)\nfolder: {d.path}{_labels_line(d.labels)}"
-            f"{_tokens_line(d.stats.get('token_stats'))}\nwarnings: {len(d.warnings)}"
+            f"{_tokens_line(d.stats.get('token_stats'))}\nwarnings: "
+            f"{sum((d.stats.get('warning_counts') or {}).values())}"
             f"{_warnings_block(d.warnings)}")
     emit(d.to_dict(), as_json, text)
 
@@ -141,9 +141,5 @@ def show(
 @data_app.command("delete")
 def delete(dataset: str = typer.Argument(..., help="Dataset id, id prefix or name.")) -> None:
     """Delete a stored dataset (runs that used it keep their results)."""
-    wb = open_workbench()
-    try:
-        d = service.delete_dataset(wb, dataset)
-    finally:
-        wb.close()
+    d = _with_workbench(service.delete_dataset, dataset)
     typer.echo(f"deleted {d.id} {d.name!r}")

@@ -54,13 +54,14 @@ class DatasetReport:
     token_stats: dict[str, Any] | None
     details: dict[str, Any]
     warnings: list[Problem]
+    warning_counts: dict[str, int]
     preview: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"task": self.task, "format": self.format, "examples": self.examples}
         if self.labels is not None:
             out["labels"] = self.labels
-        out.update(warnings=[str(w) for w in self.warnings], files=self.files, columns=self.columns,
+        out.update(warnings=[str(w) for w in self.warnings], warning_counts=self.warning_counts, files=self.files, columns=self.columns,
                    train=self.train, validation=self.validation, token_stats=self.token_stats,
                    details=self.details, preview=self.preview)
         return out
@@ -125,7 +126,8 @@ def _report(prepared: Prepared) -> DatasetReport:
     return DatasetReport(task=prepared.task, format=prepared.format, files=prepared.files, columns=prepared.columns,
                          examples=prepared.examples, train=prepared.train, validation=prepared.validation,
                          labels=prepared.labels, token_stats=prepared.token_stats, details=prepared.details,
-                         warnings=prepared.warnings, preview=prepared.preview)
+                         warnings=prepared.warnings, warning_counts=prepared.warning_counts,
+                         preview=prepared.preview)
 
 
 def inspect_file(path: str | Path, task: str, *, format: str | None = None, columns: ColumnMapping | None = None,
@@ -182,6 +184,7 @@ def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | No
                       content_hash=content_hash, path=str(store.path(id_)), num_train=prepared.train,
                       num_validation=prepared.validation, labels=prepared.labels or {},
                       stats={"token_stats": prepared.token_stats, "details": prepared.details,
+                             "warning_counts": prepared.warning_counts,
                              "columns": prepared.columns, "files": prepared.files, "preview": prepared.preview,
                              "options": options.to_dict()},
                       warnings=[str(w) for w in prepared.warnings])
