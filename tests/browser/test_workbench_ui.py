@@ -29,25 +29,36 @@ def choose(page, elem_id: str, value: str) -> None:
     box.press("Enter")
 
 
+def wait_text(page, selector: str, text: str, timeout: int = 30_000) -> None:
+    """Wait until the element's text contains ``text`` (table cells are not 'visible' to Playwright)."""
+    page.wait_for_function("([sel, text]) => { const el = document.querySelector(sel);"
+                           " return el && el.innerText.includes(text); }", arg=[selector, text], timeout=timeout)
+
+
+def wait_value(page, selector: str, text: str, timeout: int = 30_000) -> None:
+    """Wait until an input's value contains ``text``."""
+    page.wait_for_function("([sel, text]) => { const el = document.querySelector(sel);"
+                           " return el && el.value.includes(text); }", arg=[selector, text], timeout=timeout)
+
+
 def upload_and_wait(page, path) -> None:
     page.locator("#data-upload input[type=file]").set_input_files(str(path))
     page.wait_for_function("() => { const s = document.querySelector('#data-status');"
-                           " return s && /✅|❌/.test(s.innerText); }", timeout=60_000)
+                           " return s && /✔|✘/.test(s.innerText); }", timeout=60_000)
 
 
 def test_upload_sms_shows_preview_and_label_plot(server, page):
     page.goto(server.url)
     upload_and_wait(page, UI_DATA / "sms_sample.csv")
     status = page.locator("#data-status").inner_text()
-    assert "✅" in status and "csv" in status.lower() and "60" in status
-    preview = page.locator("#data-preview")
-    preview.get_by_text("spam", exact=True).first.wait_for()
-    assert "Free Top ringtone" in preview.inner_text()
+    assert "✔" in status and "csv" in status.lower() and "60" in status
+    wait_text(page, "#data-preview", "Free Top ringtone")
+    assert "spam" in page.locator("#data-preview").inner_text()
     plot = page.locator("#data-labels")
     plot.locator("canvas, svg").first.wait_for(timeout=30_000)
     page.locator("#data-import").click()
     page.get_by_text(re.compile("Imported as")).wait_for(timeout=60_000)
-    page.locator("#data-datasets").get_by_text("sms_sample", exact=False).first.wait_for()
+    wait_text(page, "#data-datasets", "sms_sample")
     screenshot(page, "data")
 
 
@@ -55,7 +66,7 @@ def test_broken_csv_shows_the_line_number(server, page):
     page.goto(server.url)
     upload_and_wait(page, UI_DATA / "broken.csv")
     status = page.locator("#data-status").inner_text()
-    assert "❌" in status
+    assert "✘" in status
     assert re.search(r"broken\.csv, line 4", status), status
     problems = page.locator("#data-problems")
     problems.wait_for()
@@ -68,21 +79,19 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
     page.goto(server.url)
     open_tab(page, "Train")
     page.locator("#train-dataset input").wait_for()
-    page.wait_for_function("() => document.querySelector('#train-dataset input').value.includes('sms_sample')",
-                           timeout=30_000)
+    wait_value(page, "#train-dataset input", "sms_sample")
     choose(page, "train-model", str(model))
     page.get_by_label("quick").check()
     page.get_by_text("Advanced hyper-parameters").click()
     steps = page.locator("#train-max-steps input")
     steps.fill("6")
     steps.press("Tab")
-    page.wait_for_function("() => document.querySelector('#train-spec').innerText.includes('\"max_steps\": 6')",
-                           timeout=30_000)
+    wait_text(page, "#train-spec", '"max_steps": 6')
     assert "tiny-bert" in page.locator("#train-spec").inner_text()
     screenshot(page, "train")
     page.locator("#train-submit").click()
     # Submit moves to the Runs tab with the new run selected; the timer keeps it fresh.
-    page.wait_for_function("() => document.querySelector('#runs-selected input').value === '1'", timeout=30_000)
+    wait_value(page, "#runs-selected input", "1")
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=RUN_TIMEOUT_MS)
     page.locator("#run-loss canvas, #run-loss svg").first.wait_for(timeout=30_000)
     assert "succeeded" in page.locator("#runs-table").inner_text()
@@ -96,7 +105,8 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
 
     wb = open_workbench(Settings.from_env(server.env))
     try:
-        runs_service.clone_run(wb, 1, {"train": {"learning_rate": 0.0003}, "name": "faster lr"})
+        second = runs_service.clone_run(wb, 1, {"train": {"learning_rate": 0.0003}, "name": "faster lr"})
+        assert runs_service.wait_for_run(wb, second, timeout=RUN_TIMEOUT_MS / 1000)["status"] == "succeeded"
     finally:
         wb.close()
     page.goto(server.url)
@@ -104,11 +114,12 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
     for label in ("#1", "#2"):
         choose(page, "compare-runs", label)
     page.locator("#compare-go").click()
-    diff = page.locator("#compare-diff")
-    diff.get_by_text("train.learning_rate").wait_for(timeout=30_000)
-    text = diff.inner_text()
+    wait_text(page, "#compare-diff", "train.learning_rate")
+    text = page.locator("#compare-diff").inner_text()
     assert "0.0003" in text and "name" in text
     assert "train.seed" not in text  # only what differs
+    page.locator("#compare-plot canvas, #compare-plot svg").first.wait_for(timeout=30_000)
+    wait_text(page, "#compare-metrics", "accuracy")
     screenshot(page, "compare")
 
 

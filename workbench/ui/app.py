@@ -16,7 +16,7 @@ CSS = """
 .wb-muted { color: var(--body-text-color-subdued); font-size: 0.92em; }
 .wb-progress { position: relative; height: 22px; border-radius: 6px; background: var(--neutral-200);
   overflow: hidden; margin: 6px 0; }
-.wb-progress-fill { position: absolute; inset: 0 auto 0 0; transition: width .6s ease; }
+.wb-progress-fill { position: absolute; inset: 0 auto 0 0; }
 .wb-progress span { position: relative; padding-left: 8px; font-size: 0.85em; line-height: 22px;
   color: var(--neutral-900); font-weight: 600; }
 .wb-error { border-left: 4px solid #dc2626; padding: 6px 10px; margin-top: 6px; background: #fef2f2;

@@ -36,8 +36,7 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     """Read the chosen runs through the runs service and line them up."""
     runs = [fmt.as_dict(runs_service.get_run(wb, int(r))) for r in run_ids]
     labels = [f"#{r['id']} {fmt.run_name(r)}" for r in runs]
-    metric_keys = sorted({k for r in runs for k, v in (r.get("metrics") or {}).items()
-                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    metric_keys = quality_metrics(runs)
     metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
                              *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys]]
                             for label, r in zip(labels, runs)], columns=["Run", "Status", "Model", *metric_keys])
@@ -49,6 +48,17 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     curves = {label: runs_service.run_curves(wb, r["id"]) for label, r in zip(labels, runs)}
     message = f"{len(diff_rows)} setting(s) differ." if diff_rows else "The configurations are identical."
     return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message)
+
+
+HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch")
+
+
+def quality_metrics(runs: list[dict[str, Any]]) -> list[str]:
+    """The metric keys worth comparing (scores, not timings or memory), headline metrics first."""
+    keys = {k for r in runs for k, v in (r.get("metrics") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not any(h in k for h in HOUSEKEEPING)}
+    headline = [k for task_keys in fmt.MAIN_METRICS.values() for k in task_keys]
+    return sorted(keys, key=lambda k: (headline.index(k) if k in headline else len(headline), k))
 
 
 def side_by_side(labels: list[str], tables: list[list[list[Any]]]) -> pd.DataFrame:

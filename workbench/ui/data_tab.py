@@ -55,11 +55,14 @@ def _columns_arg(text: str, pair: str, label: str, separator: str) -> Any:
 
 
 def _report_mapping(report: dict[str, Any]) -> tuple[list[str], dict[str, Optional[str]]]:
-    columns = report.get("columns") or {}
-    columns = fmt.as_dict(columns) if not isinstance(columns, (list, tuple)) else {"detected": list(columns)}
-    detected = list(columns.get("detected") or columns.get("available") or report.get("detected_columns") or [])
-    mapping = fmt.as_dict(columns.get("mapping") or report.get("mapping") or {})
-    return detected, {k: mapping.get(k) for k in ("text", "text_pair", "label", "label_separator")}
+    """Column names to offer and the mapping the service chose (``report["columns"]``)."""
+    columns = fmt.as_dict(report.get("columns") or {})
+    mapping = fmt.as_dict(columns.get("mapping") or columns)
+    mapping = {k: mapping.get(k) for k in ("text", "text_pair", "label", "label_separator")}
+    details = fmt.as_dict(report.get("details") or {})
+    detected = list(details.get("header") or columns.get("detected") or [])
+    detected += [v for k, v in mapping.items() if v and k != "label_separator" and v not in detected]
+    return detected, mapping
 
 
 def _token_stats(report: dict[str, Any]) -> dict[str, Any]:
@@ -76,13 +79,13 @@ def _summary(report: dict[str, Any], name: str) -> str:
     if labels:
         parts.append(f"{len(labels)} labels")
     warnings = report.get("warnings") or []
-    status = "✅ " + " · ".join(parts)
+    status = "✔ " + " · ".join(parts)
     if warnings:
-        status += f"\n\n⚠️ {len(warnings)} warning(s), repaired on import:\n" + fmt.problems_markdown(warnings)
+        status += f"\n\n⚠ {len(warnings)} warning(s), repaired on import:\n" + fmt.problems_markdown(warnings)
     return status
 
 
-def check_file(path: str | None, task: str, file_format: str = AUTO, text: str = "", pair: str = "",
+def check_file(wb, path: str | None, task: str, file_format: str = AUTO, text: str = "", pair: str = "",
                label: str = "", separator: str = "", max_length: int = 128) -> DataView:
     """Inspect an uploaded file with the dataset service; problems become rows, not exceptions."""
     empty = pd.DataFrame()
@@ -91,23 +94,22 @@ def check_file(path: str | None, task: str, file_format: str = AUTO, text: str =
                         plots.token_length_frame({}), "", [], [], {}, False)
     name = Path(path).name
     try:
-        report = data_service.inspect_file(
-            Path(path), task, format=None if file_format in (AUTO, "", None) else file_format,
+        report = data_service.validate_file(
+            wb, Path(path), task, format=None if file_format in (AUTO, "", None) else file_format,
             columns=_columns_arg(text, pair, label, separator), max_length=int(max_length))
     except DataValidationError as exc:
-        status = (f"❌ **{name}** cannot be used: {len(exc.problems)} problem(s). Fix them and upload again.\n\n"
+        status = (f"✘ **{name}** cannot be used: {len(exc.problems)} problem(s). Fix them and upload again.\n\n"
                   + fmt.problems_markdown(exc.problems))
         return DataView(status, fmt.problems_rows(exc.problems), empty, plots.label_distribution({}),
                         plots.token_length_frame({}), "", [], [], {}, False)
     except WorkbenchError as exc:
-        return DataView(f"❌ {exc}", [], empty, plots.label_distribution({}), plots.token_length_frame({}), "",
+        return DataView(f"✘ {exc}", [], empty, plots.label_distribution({}), plots.token_length_frame({}), "",
                         [], [], {}, False)
     report = fmt.as_dict(report)
     detected, mapping = _report_mapping(report)
     stats = _token_stats(report)
     preview_rows = [fmt.as_dict(r) for r in (report.get("preview") or [])][:20]
-    preview = pd.DataFrame([{k: fmt.short_value(v, 120) if not isinstance(v, str) else v for k, v in row.items()}
-                            for row in preview_rows])
+    preview = pd.DataFrame([{k: fmt.short_value(v, 110) for k, v in row.items()} for row in preview_rows])
     subtokens = subtoken_rows(preview_rows[:3]) if task == "token-classification" else []
     return DataView(_summary(report, name), fmt.problems_rows(report.get("warnings") or []), preview,
                     plots.label_distribution(report.get("labels")), plots.token_length_frame(stats),
@@ -171,17 +173,18 @@ def import_file(wb, path: str | None, task: str, file_format: str, text: str, pa
         validation_fraction=float(fraction), seed=int(seed))
     s = fmt.as_dict(summary)
     verb = "Already stored as" if s.get("reused") else "Imported as"
-    return (f"✅ {verb} **{s.get('name')}** (`{s.get('id')}`): {s.get('train')} train / "
+    return (f"✔ {verb} **{s.get('name')}** (`{s.get('id')}`): {s.get('train')} train / "
             f"{s.get('validation')} validation examples. Next: the **Train** tab.")
 
 
 def example_choices() -> dict[str, Path]:
-    """The shipped example datasets, one per task, by task name."""
-    examples = getattr(data_service, "EXAMPLES", None)
-    if examples is None and hasattr(data_service, "example_path"):
-        examples = {task: data_service.example_path(task) for task in TASKS}
-    return {task: Path(fmt.as_dict(v).get("path", v) if not isinstance(v, (str, Path)) else v)
-            for task, v in (examples or {}).items() if task in TASKS}
+    """The shipped example datasets, one per task, by task name (missing files are left out)."""
+    examples = {}
+    for task in getattr(data_service, "EXAMPLES", {}):
+        path = data_service.example_path(task)
+        if path.is_file():
+            examples[task] = path
+    return examples
 
 
 @dataclasses.dataclass
@@ -258,16 +261,20 @@ def build(wb) -> DataTab:
             if keep_mapping or not choices:
                 return gr.update(choices=choices or None) if choices else gr.update()
             return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
+        # Bars start at zero (the default axis starts near the smallest count and hides it) and
+        # the histogram keeps its bins in length order.
+        top = int(view.labels["count"].max()) if len(view.labels) else 1
         return (view.status, gr.update(value=view.problems, visible=bool(view.problems)), view.preview,
-                view.labels, view.lengths, view.lengths_caption,
+                gr.BarPlot(value=view.labels, y_lim=[0, top * 1.05]),
+                gr.BarPlot(value=view.lengths, sort=list(view.lengths["tokens"]) or None), view.lengths_caption,
                 gr.update(value=view.subtokens, visible=bool(view.subtokens)),
                 picker("text"), picker("text_pair"), picker("label"))
 
     def on_upload(path, task_, fmt_, _t, _p, _l, _s, length):
-        return show(check_file(path, task_, fmt_, max_length=length), keep_mapping=False)
+        return show(check_file(wb, path, task_, fmt_, max_length=length), keep_mapping=False)
 
     def on_recheck(path, task_, fmt_, t, p, l, s, length):
-        return show(check_file(path, task_, fmt_, t, p, l, s, length), keep_mapping=True)
+        return show(check_file(wb, path, task_, fmt_, t, p, l, s, length), keep_mapping=True)
 
     upload.upload(on_upload, check_inputs, check_outputs)
     upload.clear(on_upload, check_inputs, check_outputs)
@@ -276,7 +283,7 @@ def build(wb) -> DataTab:
     for example_task, button in example_buttons.items():
         def load_example(_fmt, length, _task=example_task):
             path = str(examples[_task])
-            return (path, _task, *show(check_file(path, _task, AUTO, max_length=length), keep_mapping=False))
+            return (path, _task, *show(check_file(wb, path, _task, AUTO, max_length=length), keep_mapping=False))
         button.click(load_example, [file_format, max_length], [upload, task, *check_outputs])
 
     def on_import(*args):

@@ -17,6 +17,13 @@ CURVE_COLUMNS = ["step", "value", "curve"]
 KEPT, TRUNCATED = "kept", "truncated"
 
 
+def _curve_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Typed even when empty: the browser keeps the axis types of the first frame it gets, and an
+    empty frame of ``object`` columns would make the value axis categorical for good."""
+    frame = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    return frame.astype({"step": "int64", "value": "float64", "curve": "str"})
+
+
 def label_distribution(labels: Mapping[str, Any] | None) -> pd.DataFrame:
     """``{label: count}`` (or ``{entity_type: count}``) as rows, most frequent first."""
     rows = []
@@ -24,7 +31,7 @@ def label_distribution(labels: Mapping[str, Any] | None) -> pd.DataFrame:
         if isinstance(count, Mapping):  # per-split counts: {"train": n, "validation": m}
             count = sum(v for v in count.values() if isinstance(v, (int, float)))
         rows.append({"label": str(label), "count": int(count)})
-    frame = pd.DataFrame(rows, columns=["label", "count"])
+    frame = pd.DataFrame(rows, columns=["label", "count"]).astype({"label": "str", "count": "int64"})
     return frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -68,7 +75,8 @@ def token_length_frame(stats: Mapping[str, Any] | None) -> pd.DataFrame:
     for low, high, count in histogram_bins(stats):
         part = TRUNCATED if max_length is not None and low >= max_length else KEPT
         rows.append({"tokens": f"{int(low)}–{int(high)}", "low": low, "count": count, "part": part})
-    return pd.DataFrame(rows, columns=["tokens", "low", "count", "part"])
+    frame = pd.DataFrame(rows, columns=["tokens", "low", "count", "part"])
+    return frame.astype({"tokens": "str", "low": "float64", "count": "int64", "part": "str"})
 
 
 def token_length_caption(stats: Mapping[str, Any] | None) -> str:
@@ -125,8 +133,7 @@ def curves_frame(curves: Any, *, loss: bool) -> pd.DataFrame:
     """
     rows = [{"step": s, "value": v, "curve": n} for n, s, v in curve_points(curves)
             if is_loss(n) == loss and "learning_rate" not in n and v == v]
-    frame = pd.DataFrame(rows, columns=CURVE_COLUMNS)
-    return frame.sort_values(["curve", "step"], kind="stable").reset_index(drop=True)
+    return _curve_frame(rows).sort_values(["curve", "step"], kind="stable").reset_index(drop=True)
 
 
 def overlaid_curves(curves_by_run: Mapping[str, Any], metric: str) -> pd.DataFrame:
@@ -134,7 +141,7 @@ def overlaid_curves(curves_by_run: Mapping[str, Any], metric: str) -> pd.DataFra
     rows = []
     for label, curves in curves_by_run.items():
         rows.extend({"step": s, "value": v, "curve": label} for n, s, v in curve_points(curves) if n == metric)
-    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    return _curve_frame(rows)
 
 
 def curve_names(curves_list: Iterable[Any]) -> list[str]:

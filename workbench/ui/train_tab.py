@@ -34,7 +34,7 @@ ADVANCED = (
     ("gradient_accumulation_steps", "Gradient accumulation steps", 1),
     ("warmup_ratio", "Warm-up share", 0.06),
     ("weight_decay", "Weight decay", 0.01),
-    ("early_stopping_patience", "Early-stopping patience (0 = off)", 0),
+    ("early_stopping_patience", "Early-stopping patience (0 = automatic)", 0),
     ("seed", "Seed", 42),
 )
 AUTO_WHEN_ZERO = {"epochs", "learning_rate", "batch_size", "max_length", "max_steps", "early_stopping_patience"}
@@ -108,7 +108,7 @@ def _dataset_facts(wb, dataset_id: str | None) -> tuple[int, float]:
     except WorkbenchError:
         return 0, 0.0
     stats = fmt.as_dict(d.get("stats") or {})
-    lengths = fmt.as_dict(stats.get("token_lengths") or stats.get("lengths") or {})
+    lengths = fmt.as_dict(stats.get("token_stats") or {})
     return int(d.get("train") or d.get("num_train") or 0), float(lengths.get("mean") or 32.0)
 
 
@@ -117,13 +117,13 @@ def model_facts(wb, spec: RunSpec) -> str:
     try:
         info = find_model(spec.model)
     except WorkbenchError as exc:
-        return f"⚠️ {exc}"
+        return f"⚠ {exc}"
     facts = [f"{value} {label}" for value, label in ((info.layers, "layers"), (info.hidden, "hidden"),
                                                      (info.heads, "heads")) if value]
     if info.parameters:
         facts.append(f"{info.parameters / 1e6:.1f}M parameters")
-    where = ("✅ available offline" if info.available_locally else
-             "⬇️ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
+    where = ("✔ available offline" if info.available_locally else
+             "↓ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
                                       else ""))
     lines = [f"**{info.name}** ({info.family}) · " + " · ".join(facts), where]
     n_train, mean_tokens = _dataset_facts(wb, spec.data.dataset_id)
@@ -133,7 +133,8 @@ def model_facts(wb, spec: RunSpec) -> str:
         if hp.get("max_steps"):
             examples = min(examples, hp["max_steps"] * hp["batch_size"] * hp.get("gradient_accumulation_steps", 1))
         est = catalogue.estimate_training(info.parameters, mean_tokens, int(examples), 1.0)
-        lines.append(f"Rough estimate on this CPU: **{fmt.format_duration(est['seconds'])}** for "
+        duration = fmt.format_duration(est["seconds"]) if est["seconds"] >= 1 else "under 1s"
+        lines.append(f"Rough estimate on this CPU: **{duration}** for "
                      f"{int(examples):,} examples seen, about {est['memory_mb']:,} MB of memory "
                      f"(lr {hp['learning_rate']:g}, batch {hp['batch_size']}, {hp['epochs']:g} epoch(s))")
     return "  \n".join(lines)
@@ -186,7 +187,8 @@ def build(wb) -> TrainTab:
                                                   elem_id=f"train-{key.replace('_', '-')}"))
                 with gr.Row():
                     class_weights = gr.Checkbox(False, label="Class weights (imbalanced labels)")
-                    objective = gr.Radio(["mlm", "mlm+nsp"], value="mlm", label="Masked-LM objective")
+                    objective = gr.Radio(["mlm", "mlm+nsp"], value="mlm", label="Masked-LM objective",
+                                         visible=False)
             with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):
                 with gr.Row():
                     lora_on = gr.Checkbox(False, label="Use LoRA", elem_id="train-lora")
@@ -221,11 +223,13 @@ def build(wb) -> TrainTab:
         choices = dataset_choices(wb, task_)
         return gr.update(choices=choices, value=choices[0][1] if choices else None)
 
+    task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
+
     def on_facts(*values):
         try:
             return model_facts(wb, current_spec(*values))
         except (WorkbenchError, TypeError, ValueError) as exc:
-            return f"⚠️ {exc}"
+            return f"⚠ {exc}"
 
     def on_submit(parent, *values):
         spec = current_spec(*values)
@@ -235,7 +239,7 @@ def build(wb) -> TrainTab:
             run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
-        return f"✅ Run #{run_id} is on the queue.", run_id
+        return f"✔ Run #{run_id} is on the queue.", run_id
 
     task.change(on_task, [task], [dataset])
     refresh.click(on_task, [task], [dataset])

@@ -1,0 +1,79 @@
+"""Tab logic on real SQLite through the services: runs table pages, run details, train form ↔ spec."""
+from __future__ import annotations
+
+import json
+
+from jobs.spec import DataSpec, RunSpec, TrainSpec
+from storage.models import MetricPoint, Run
+from workbench.services import runs as runs_service
+from workbench.ui import compare_tab, runs_tab, train_tab
+from workbench.ui.format import RUN_TABLE_HEADERS
+
+
+def _runs(wb, n: int) -> list[int]:
+    ids = []
+    for i in range(n):
+        spec = RunSpec(task="text-classification", data=DataSpec(train_path="train.jsonl", name="sms"),
+                       train=TrainSpec(learning_rate=1e-4 if i % 2 else 5e-5), name=f"run {i}")
+        ids.append(runs_service.submit_run(wb, spec))
+    return ids
+
+
+def test_list_page_is_paged_and_counts_runs(wb):
+    _runs(wb, runs_tab.PAGE_SIZE + 3)
+    rows, caption = runs_tab.list_page(wb)
+    assert len(rows) == runs_tab.PAGE_SIZE and len(rows[0]) == len(RUN_TABLE_HEADERS)
+    assert caption == f"1–{runs_tab.PAGE_SIZE} of {runs_tab.PAGE_SIZE + 3} runs"
+    assert rows[0][1] == f"run {runs_tab.PAGE_SIZE + 2}"  # newest first
+    rows, caption = runs_tab.list_page(wb, page=2)
+    assert len(rows) == 3
+    rows, _ = runs_tab.list_page(wb, status="failed")
+    assert rows == []
+    rows, _ = runs_tab.list_page(wb, search="run 7", sort="oldest first")
+    assert [r[1] for r in rows] == ["run 7"]
+
+
+def test_run_view_reads_curves_tables_errors_and_skips_when_unchanged(wb, tmp_path):
+    run_id = _runs(wb, 1)[0]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tables.json").write_text(json.dumps({
+        "per_class": {"ham": {"precision": 0.9, "recall": 1.0, "f1": 0.95, "support": 9},
+                      "spam": {"precision": 1.0, "recall": 0.5, "f1": 0.67, "support": 2}},
+        "confusion_matrix": {"labels": ["ham", "spam"], "matrix": [[9, 0], [1, 1]]}}))
+    (out / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"text": "win a prize", "gold": "spam", "predicted": "ham", "correct": False, "score": 0.6},
+        {"text": "hello", "gold": "ham", "predicted": "ham", "correct": True, "score": 0.9}]) + "\n")
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.progress, run.output_dir, run.metrics = "succeeded", 1.0, str(out), {"accuracy": 0.9}
+        session.add_all([MetricPoint(run_id=run_id, step=s, name="train/loss", value=1 / s) for s in (1, 2, 3)]
+                        + [MetricPoint(run_id=run_id, step=3, name="eval/accuracy", value=0.9)])
+    view = runs_tab.run_view(wb, run_id)
+    assert list(view.loss["value"]) == [1.0, 0.5, 1 / 3]
+    assert list(view.metrics_curves["curve"]) == ["eval/accuracy"]
+    assert view.per_class[1][:4] == ["spam", "1", "0.5000", "0.6700"]
+    assert "gold \\ predicted" in view.confusion
+    assert view.errors == [["win a prize", "spam", "ham", "0.6000"]]
+    assert "data-status='succeeded'" in view.header and ["accuracy", "0.9000"] in view.final_metrics
+    assert runs_tab.run_view(wb, run_id, view.key) is None
+
+
+def test_compare_lines_up_metrics_and_diffs_only_changed_settings(wb):
+    first, second = _runs(wb, 2)
+    result = compare_tab.compare(wb, [first, second])
+    assert list(result.diff["Setting"]) == ["name", "train.learning_rate"]
+    assert list(result.metrics["Run"]) == ["#1 run 0", "#2 run 1"]
+
+
+def test_train_form_round_trips_through_the_spec():
+    advanced = {key: default for key, _, default in train_tab.ADVANCED}
+    advanced.update(learning_rate=3e-5, max_steps=6)
+    spec = train_tab.spec_from_form("text-classification", "ds-1", "/models/tiny", "quick", " my run ", advanced,
+                                    lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.05})
+    assert spec.train.learning_rate == 3e-5 and spec.train.max_steps == 6 and spec.train.epochs is None
+    assert spec.lora.enabled and spec.lora.r == 4 and spec.name == "my run"
+    form = train_tab.form_from_spec(spec.to_dict())
+    again = train_tab.spec_from_form(form["task"], form["dataset_id"], form["model"], form["preset"], form["name"],
+                                     form["advanced"], form["class_weights"], form["objective"], form["lora"])
+    assert again.to_dict() == spec.to_dict()
