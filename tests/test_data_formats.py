@@ -150,3 +150,40 @@ def test_every_bundled_example_is_valid(task):
     assert report.examples >= 25
     assert not [w for w in report.warnings if "encoding" in w.message]
     json.dumps(report.to_dict())
+
+
+def test_token_jsonl_prefers_list_keys_over_a_raw_text_string(tmp_path):
+    path = tmp_path / "hf_style.jsonl"
+    path.write_text(json.dumps({"id": "0", "text": "New York", "tokens": ["New", "York"],
+                                "ner_tags": ["B-LOC", "I-LOC"]}) + "\n"
+                    + json.dumps({"id": "1", "text": "hi", "tokens": ["hi"], "ner_tags": ["O"]}) + "\n")
+    report = check(path, "token-classification", validation_fraction=0)
+    assert report.columns == {"tokens": "tokens", "tags": "ner_tags"}
+    assert report.labels == {"LOC": 1}
+
+
+def test_mlm_layout_can_be_forced():
+    report = check(D / "formats/mlm_blocks.txt", "masked-lm", format="text-lines", validation_fraction=0)
+    assert report.details["documents"] == "one per line" and report.examples == 6
+
+
+def test_quoted_multiline_fields_keep_physical_line_numbers(tmp_path):
+    path = tmp_path / "multiline.csv"
+    path.write_text('\n\ntext,label\n"first line\nsecond line",a\nok,b\nextra,b,c\n')
+    from workbench.errors import DataValidationError
+
+    with pytest.raises(DataValidationError) as info:
+        check(path, "text-classification")
+    assert [p.line for p in info.value.problems] == [7]
+    path.write_text('\n\ntext,label\n"first line\nsecond line",a\nok,b\n')
+    assert check(path, "text-classification", validation_fraction=0).preview[0]["text"] == "first line\nsecond line"
+
+
+def test_very_large_squad_json_is_refused_with_a_pointer_to_jsonl(monkeypatch):
+    from storage.datasets import read_qa
+    from workbench.errors import DataValidationError
+
+    monkeypatch.setattr(read_qa, "SQUAD_MAX_BYTES", 1000)
+    with pytest.raises(DataValidationError, match="read whole into memory") as info:
+        check(D / "real/squad_v1.json", "question-answering")
+    assert "JSON Lines" in info.value.problems[0].hint

@@ -174,3 +174,12 @@ def test_a_100_mb_file_streams_with_bounded_memory(wb, tmp_path):
     assert summary.examples == 105_000 and summary.labels == {"a": 35_000, "b": 35_000, "c": 35_000}
     assert peak < 40 * 10**6, f"peak Python memory {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB file"
     print(f"100 MB import: {time.monotonic() - started:.1f}s, peak traced memory {peak / 1e6:.1f} MB")
+
+
+def test_validation_example_repeating_a_training_example_is_dropped(wb, tmp_path):
+    train, valid = tmp_path / "train.csv", tmp_path / "valid.csv"
+    train.write_text("text,label\ngood,pos\nbad,neg\n")
+    valid.write_text("text,label\nfine,pos\nbad,neg\n")
+    summary = service.import_dataset(wb, train, "text-classification", tokenizer=False, validation_path=valid)
+    assert (summary.train, summary.validation) == (2, 1)
+    assert any(w.startswith("valid.csv:3: warning: duplicate of line 3 of train.csv") for w in summary.warnings)

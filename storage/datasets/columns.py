@@ -10,12 +10,12 @@ from typing import Sequence
 
 TEXT_NAMES = ("text", "sentence", "review", "content", "message", "sms", "tweet", "document", "body",
               "question", "utterance", "query", "comment", "input", "sentence1", "premise", "question1", "text_a",
-              "text1", "sentence_a", "tokens", "words")
+              "text1", "sentence_a")
 PAIR_NAMES = (("sentence1", "sentence2"), ("premise", "hypothesis"), ("question1", "question2"),
               ("text_a", "text_b"), ("text1", "text2"), ("sentence_a", "sentence_b"), ("question", "sentence"),
               ("text", "text_pair"), ("query", "passage"))
 LABEL_NAMES = ("label", "labels", "class", "category", "target", "intent", "sentiment", "tag", "tags", "y",
-               "gold_label", "ner_tags", "pos_tags", "label_coarse", "coarse_label")
+               "gold_label", "label_coarse", "coarse_label")
 
 
 @dataclasses.dataclass(frozen=True)

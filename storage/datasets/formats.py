@@ -11,10 +11,11 @@ FORMATS_BY_TASK: dict[str, tuple[str, ...]] = {
     "text-classification": ("csv", "tsv", "jsonl"),
     "token-classification": ("conll", "jsonl"),
     "question-answering": ("squad", "jsonl"),
-    "masked-lm": ("text",),
+    # "text" guesses the layout from the first 64 kB; the other two force it.
+    "masked-lm": ("text", "text-lines", "text-blocks"),
 }
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
-            ".conll": "conll", ".conllu": "conll", ".bio": "conll", ".iob": "conll", ".txt": "text"}
+            ".conll": "conll", ".bio": "conll", ".iob": "conll", ".txt": "text"}
 
 
 def check_task(task: str) -> str:

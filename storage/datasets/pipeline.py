@@ -88,8 +88,8 @@ def _digest(text: str) -> int:
 def _records(info: SourceInfo, task: str, fmt: str, columns: ColumnMapping | None, log_: ProblemLog,
              details: dict[str, Any]) -> Iterator[Record]:
     name = info.path.name
-    if fmt == "text":
-        layout = read_text.detect_layout(read_head(info))
+    if fmt.startswith("text"):
+        layout = {"text-lines": "lines", "text-blocks": "blocks"}.get(fmt) or read_text.detect_layout(read_head(info))
         details["documents"] = "blank-line separated" if layout == "blocks" else "one per line"
     with open_text(info) as stream:
         if fmt in ("csv", "tsv"):
@@ -102,7 +102,7 @@ def _records(info: SourceInfo, task: str, fmt: str, columns: ColumnMapping | Non
         elif fmt == "conll":
             yield from read_tokens.read_conll(stream, name, log_, details)
         elif fmt == "squad":
-            yield from read_qa.read_squad(stream, name, log_)
+            yield from read_qa.read_squad(stream, name, log_, info.size)
         elif fmt == "jsonl":
             yield from read_qa.read_jsonl(stream, name, log_)
         else:

@@ -38,19 +38,20 @@ class LabelReader:
         return [text] if self.multi else text
 
 
-def _mapping_problems(name: str, names: Sequence[str], mapping: ColumnMapping, log: ProblemLog) -> bool:
+def _mapping_problems(name: str, names: Sequence[str], mapping: ColumnMapping, log: ProblemLog,
+                      line: int = 1) -> bool:
     """Report missing columns; True when the mapping is usable."""
     present = ", ".join(repr(n) for n in names) or "none"
     ok = True
     for role, column, option in (("text", mapping.text, "--text-column"), ("label", mapping.label, "--label-column"),
                                  ("text pair", mapping.text_pair, "--text-pair-column")):
         if column is None and role != "text pair":
-            log.error(name, f"missing column: no {role} column found (columns: {present})", line=1,
+            log.error(name, f"missing column: no {role} column found (columns: {present})", line=line,
                       hint=f"rename the column to '{'text' if role == 'text' else 'label'}' or choose it with {option}")
             ok = False
         elif column is not None and column not in names:
             log.error(name, f"missing column: {role} column {column!r} is not in the file (columns: {present})",
-                      line=1, column=column, hint=f"check the spelling, or choose another column with {option}")
+                      line=line, column=column, hint=f"check the spelling, or choose another column with {option}")
             ok = False
     return ok
 
@@ -90,15 +91,18 @@ def read_delimited(stream: TextIO, name: str, columns: ColumnMapping | None, log
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     reader = csv.reader(stream, delimiter=delimiter, quoting=quoting)
     try:
-        header = [h.strip().lstrip("\ufeff") for h in next(reader)]
+        header: list[str] = []
+        while not any(cell.strip() for cell in header):
+            header = [h.strip().lstrip("\ufeff") for h in next(reader)]
     except StopIteration:
         log.error(name, "the file is empty", hint="upload a file with a header row and examples")
         return
     except csv.Error as exc:
-        log.error(name, f"cannot read the header row: {exc}", line=1, hint="save the file as CSV UTF-8")
+        log.error(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
         return
+    header_line = reader.line_num
     mapping = detect(header, columns)
-    if not _mapping_problems(name, header, mapping, log):
+    if not _mapping_problems(name, header, mapping, log, header_line):
         return
     if found is not None:
         found["columns"] = mapping.to_dict()
@@ -135,7 +139,8 @@ def read_delimited(stream: TextIO, name: str, columns: ColumnMapping | None, log
         if record is not None:
             yield record
     if rows == 0:
-        log.error(name, "the file has a header row but no examples", line=1, hint="add one example per row")
+        log.error(name, "the file has a header row but no examples", line=header_line,
+                  hint="add one example per row")
 
 
 def read_jsonl(stream: TextIO, name: str, columns: ColumnMapping | None, log: ProblemLog,
@@ -148,7 +153,7 @@ def read_jsonl(stream: TextIO, name: str, columns: ColumnMapping | None, log: Pr
         rows += 1
         if mapping is None:
             mapping = detect(list(obj), columns)
-            if not _mapping_problems(name, list(obj), mapping, log):
+            if not _mapping_problems(name, list(obj), mapping, log, line):
                 return
             if found is not None:
                 found["columns"] = mapping.to_dict()

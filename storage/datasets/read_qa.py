@@ -13,6 +13,11 @@ from storage.datasets.problems import ProblemLog
 from storage.datasets.records import Record, iter_json_lines
 
 
+# SQuAD is one JSON document; parsing it takes several times its size in memory (the official
+# train set is 40 MB). Larger QA data should come as JSON Lines.
+SQUAD_MAX_BYTES = 500 * 10**6
+
+
 def _group(context: str) -> str:
     return hashlib.blake2b(context.encode("utf-8"), digest_size=8).hexdigest()
 
@@ -67,8 +72,14 @@ def _question(name: str, log: ProblemLog, line: int | None, qid: str, title: str
     return Record(line, data, _group(context), context + "\x00" + question, qid)
 
 
-def read_squad(stream: TextIO, name: str, log: ProblemLog) -> Iterator[Record]:
+def read_squad(stream: TextIO, name: str, log: ProblemLog, size: int = 0) -> Iterator[Record]:
     """Questions of a SQuAD file in document order; problems name the question id."""
+    if size > SQUAD_MAX_BYTES:
+        log.error(name, f"this SQuAD file is {size / 1e6:.0f} MB; SQuAD JSON is read whole into memory and is "
+                  f"limited to {SQUAD_MAX_BYTES / 1e6:.0f} MB",
+                  hint="convert it to JSON Lines, one {\"context\", \"question\", \"answers\"} per line, "
+                       "which is read as a stream")
+        return
     try:
         doc = json.load(stream)
     except ValueError as exc:

@@ -4,11 +4,21 @@ from __future__ import annotations
 import re
 from typing import Iterator, Sequence, TextIO
 
-from storage.datasets.columns import ColumnMapping, detect
+from storage.datasets.columns import ColumnMapping
 from storage.datasets.problems import ProblemLog
 from storage.datasets.records import Record, as_label, iter_json_lines
 
 _PREFIXED = re.compile(r"^([BIES])-(.+)$")
+TOKEN_KEYS = ("tokens", "words", "token", "sentence", "text")
+TAG_KEYS = ("tags", "ner_tags", "labels", "label", "pos_tags", "ner", "tag", "upos")
+
+
+def _list_key(obj: dict, given: str | None, candidates: tuple[str, ...]) -> str | None:
+    """The key the user named, else the first candidate whose value is a list (a raw ``text`` string is skipped)."""
+    if given is not None:
+        return given if given in obj else None
+    lowered = {k.lower(): k for k in obj}
+    return next((lowered[c] for c in candidates if c in lowered and isinstance(obj[lowered[c]], list)), None)
 
 
 def repair_iob(tags: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -84,7 +94,8 @@ def read_jsonl(stream: TextIO, name: str, columns: ColumnMapping | None, log: Pr
     for line, obj in iter_json_lines(stream, name, log):
         rows += 1
         if mapping is None:
-            mapping = detect(list(obj), columns)
+            mapping = ColumnMapping(text=_list_key(obj, columns and columns.text, TOKEN_KEYS),
+                                    label=_list_key(obj, columns and columns.label, TAG_KEYS))
             if mapping.text is None or mapping.label is None:
                 log.error(name, f"missing key: need a tokens list and a tags list, found {sorted(obj)}", line=line,
                           hint='write {"tokens": [...], "tags": [...]} or name the keys with --text-column '
