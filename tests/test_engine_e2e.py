@@ -1,0 +1,245 @@
+"""End-to-end: really train tiny config-built models through ``run_training`` for every task.
+
+Each run takes seconds on a CPU; one test trains the packaged MiniLM for a few steps.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.engine import run_training
+from jobs.progress import Cancelled, RecordingReporter
+from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+from tests.tiny_models import (classification_records, documents, ner_records, qa_records, tiny_bert,
+                               write_jsonl)
+from workbench.errors import ModelUnavailable, TrainingError
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+def _spec(task, tmp_path, train, validation, model, lora=False, **train_kw):
+    train_kw.setdefault("learning_rate", 1e-3)
+    train_kw.setdefault("epochs", 2)
+    return RunSpec(task=task, model=str(model),
+                   data=DataSpec(train_path=write_jsonl(tmp_path / "train.jsonl", train).as_posix(),
+                                 validation_path=write_jsonl(tmp_path / "validation.jsonl", validation).as_posix()),
+                   train=TrainSpec(**train_kw), lora=LoraSpec(enabled=lora))
+
+
+def _outputs_ok(out, n_validation):
+    assert (out / "model" / "model.safetensors").is_file()
+    assert (out / "model" / "tokenizer.json").is_file() or (out / "model" / "vocab.txt").is_file()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["trainable_parameters"] > 0 and metrics["peak_rss_mb"] > 0 and "hyperparameters" in metrics
+    assert json.loads((out / "tables.json").read_text()) is not None
+    assert (out / "train.log").read_text().strip()
+    if n_validation:
+        assert len((out / "predictions.jsonl").read_text().splitlines()) == n_validation
+    assert any((out / "checkpoints").glob("checkpoint-*"))
+    return metrics
+
+
+def _reporting_ok(reporter):
+    total = reporter.facts["total_steps"]
+    assert reporter.facts["trainable_parameters"] > 0 and reporter.facts["device"] == "cpu"
+    assert [s[0] for s in reporter.steps] == list(range(1, total + 1))
+    assert any("train/loss" in p[2] for p in reporter.points)
+    assert any(k.startswith("eval/") for p in reporter.points for k in p[2])
+
+
+def test_text_classification_single_texts(tiny, tmp_path):
+    from transformers import pipeline
+
+    reporter = RecordingReporter()
+    spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(16, 1), tiny,
+                 epochs=4)
+    metrics = run_training(spec, tmp_path / "run", reporter)
+    _outputs_ok(tmp_path / "run", 16)
+    _reporting_ok(reporter)
+    assert {"accuracy", "f1_macro", "roc_auc"} <= set(metrics)
+    tables = json.loads((tmp_path / "run" / "tables.json").read_text())
+    assert tables["confusion_matrix"]["labels"] == ["neg", "pos"]
+    row = json.loads((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()[0])
+    assert {"text", "gold", "predicted", "correct", "score"} <= set(row)
+    classify = pipeline("text-classification", model=str(tmp_path / "run" / "model"))
+    assert classify("great film loved it")[0]["label"] in ("pos", "neg")
+
+
+def test_text_pairs_use_segment_ids(tiny, tmp_path):
+    spec = _spec("text-classification", tmp_path, classification_records(32, pair=True),
+                 classification_records(8, 1, pair=True), tiny, epochs=1)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    row = json.loads((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()[0])
+    assert "text_pair" in row
+
+
+def test_multi_label_classification(tiny, tmp_path):
+    from transformers import AutoConfig
+
+    spec = _spec("text-classification", tmp_path, classification_records(32, multi_label=True),
+                 classification_records(8, 1, multi_label=True), tiny, epochs=1)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert "f1_micro" in metrics
+    config = AutoConfig.from_pretrained(tmp_path / "run" / "model")
+    assert config.problem_type == "multi_label_classification" and set(config.label2id) == {"long", "neg", "pos"}
+
+
+def test_class_weights(tiny, tmp_path):
+    train = classification_records(40)[:30]  # unbalanced after the cut? keep both classes
+    spec = _spec("text-classification", tmp_path, train, classification_records(8, 1), tiny, epochs=1,
+                 class_weights=True)
+    assert "accuracy" in run_training(spec, tmp_path / "run", RecordingReporter())
+
+
+def test_token_classification_learns_and_exports(tiny, tmp_path):
+    from transformers import pipeline
+
+    spec = _spec("token-classification", tmp_path, ner_records(96), ner_records(16, 1), tiny, epochs=3)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    _outputs_ok(tmp_path / "run", 16)
+    assert metrics["entity_f1"] > 0.3 and metrics["token_accuracy"] > 0.5
+    tables = json.loads((tmp_path / "run" / "tables.json").read_text())
+    assert {row["entity"] for row in tables["per_entity"]} <= {"PER", "LOC"}
+    row = json.loads((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()[0])
+    assert len(row["predicted"]) == len(row["tokens"]) and "predicted_entities" in row
+    tagger = pipeline("token-classification", model=str(tmp_path / "run" / "model"))
+    assert isinstance(tagger("alice flew to paris"), list)
+
+
+def test_question_answering(tiny, tmp_path):
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    spec = _spec("question-answering", tmp_path, qa_records(64), qa_records(16, 1), tiny, epochs=3, max_length=48)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    _outputs_ok(tmp_path / "run", 16)
+    assert 0 <= metrics["exact_match"] <= metrics["f1"] <= 100
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [f"q{i}" for i in range(16)]
+    # transformers 5 removed the question-answering pipeline; the folder loads with the Auto classes
+    folder = str(tmp_path / "run" / "model")
+    model, tokenizer = AutoModelForQuestionAnswering.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    out = model(**tokenizer("where does alice live ?", "alice lives in rome .", return_tensors="pt"))
+    assert out.start_logits.shape == out.end_logits.shape
+
+
+def test_predictions_stay_in_dataset_order_despite_length_grouping(tiny, tmp_path):
+    """transformers 5.x would length-group evaluate()/predict(); the engine's trainer must not."""
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    from jobs.hyperparameters import resolve_hyperparameters
+    from jobs.catalogue import resolve_model
+    from jobs.training import WorkbenchTrainer, training_arguments
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny, num_labels=2).eval()
+    texts = [" ".join(["word"] * n) for n in (30, 2, 17, 5, 40, 1, 9, 25, 3, 12, 33, 7)]
+    ds = Dataset.from_dict(dict(tokenizer(texts), labels=[0] * len(texts)))
+    hp = resolve_hyperparameters(_spec("text-classification", tmp_path, [], [], tiny), resolve_model(str(tiny)), 12)
+    hp["batch_size"] = 2
+    args = training_arguments(str(tmp_path / "ck"), hp, "cpu", 12, "accuracy", True, ["labels"])
+    assert args.train_sampling_strategy == "group_by_length"
+    trainer = WorkbenchTrainer(model=model, args=args, data_collator=DataCollatorWithPadding(tokenizer),
+                               eval_dataset=ds)
+    logits = trainer.predict(ds).predictions
+    with torch.no_grad():
+        direct = np.stack([model(**tokenizer(t, return_tensors="pt")).logits[0].numpy() for t in texts])
+    np.testing.assert_allclose(logits, direct, atol=1e-4)
+
+
+def test_masked_lm_reports_perplexity_before_and_after(tiny, tmp_path):
+    from transformers import pipeline
+
+    spec = _spec("masked-lm", tmp_path, documents(48), documents(12, 1), tiny, epochs=2)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    _outputs_ok(tmp_path / "run", 0)
+    assert metrics["perplexity"] < metrics["perplexity_before"]
+    fill = pipeline("fill-mask", model=str(tmp_path / "run" / "model"))
+    assert len(fill("the cat sat on the [MASK] .")) > 0
+
+
+def test_bert_pretraining_mlm_and_nsp(tiny, tmp_path):
+    spec = _spec("masked-lm", tmp_path, documents(48), documents(12, 1), tiny, epochs=1, objective="mlm+nsp")
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert 0.0 <= metrics["nsp_accuracy"] <= 1.0 and metrics["mlm_loss"] > 0
+
+
+def test_chained_fine_tuning_from_a_masked_lm_run(tiny, tmp_path):
+    mlm = _spec("masked-lm", tmp_path, documents(24), documents(6, 1), tiny, epochs=1)
+    run_training(mlm, tmp_path / "mlm", RecordingReporter())
+    cls = _spec("text-classification", tmp_path, classification_records(32), classification_records(8, 1), tiny,
+                epochs=1)
+    reporter = RecordingReporter()
+    run_training(cls, tmp_path / "cls", reporter, init_model_path=str(tmp_path / "mlm" / "model"))
+    assert reporter.facts["model_path"] == str((tmp_path / "mlm" / "model").resolve())
+
+
+def test_lora_trains_few_parameters_and_exports_a_merged_model(tiny, tmp_path):
+    from transformers import pipeline
+
+    spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(16, 1), tiny,
+                 lora=True, epochs=2)
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert metrics["trainable_parameters"] < metrics["total_parameters"] / 5
+    assert (tmp_path / "run" / "adapter" / "adapter_config.json").is_file()
+    adapter = json.loads((tmp_path / "run" / "adapter" / "adapter_config.json").read_text())
+    assert set(adapter["target_modules"]) == {"query", "value"} and "classifier" in adapter["modules_to_save"]
+    classify = pipeline("text-classification", model=str(tmp_path / "run" / "model"))
+    assert classify("a joy to watch")[0]["label"] in ("pos", "neg")
+
+
+def test_packaged_minilm_trains_a_few_steps(tmp_path):
+    spec = RunSpec(task="text-classification", data=DataSpec(
+        train_path=str(write_jsonl(tmp_path / "t.jsonl", classification_records(48))),
+        validation_path=str(write_jsonl(tmp_path / "v.jsonl", classification_records(8, 1)))),
+        train=TrainSpec(max_steps=3, batch_size=8))
+    reporter = RecordingReporter()
+    metrics = run_training(spec, tmp_path / "run", reporter)
+    assert metrics["steps"] == 3 and metrics["total_parameters"] > 22_000_000
+    assert reporter.facts["model"] == "all-MiniLM-L6-v2"
+
+
+def test_cancel_saves_a_checkpoint_and_a_second_call_resumes_to_the_same_total(tiny, tmp_path):
+    spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(8, 1), tiny,
+                 epochs=2, batch_size=8)
+    first = RecordingReporter(cancel_after_step=5)
+    with pytest.raises(Cancelled):
+        run_training(spec, tmp_path / "run", first)
+    assert (tmp_path / "run" / "checkpoints" / "checkpoint-5" / "optimizer.pt").is_file()
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    second = RecordingReporter()
+    metrics = run_training(spec, tmp_path / "run", second)
+    assert second.facts["resumed_from"].endswith("checkpoint-5")
+    assert second.steps[0][0] == 6 and metrics["steps"] == first.facts["total_steps"] == 16
+
+
+def test_nan_loss_is_a_training_error(tiny, tmp_path):
+    spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(8, 1), tiny,
+                 epochs=2, learning_rate=1e30)
+    with pytest.raises(TrainingError, match="NaN at step"):
+        run_training(spec, tmp_path / "run", RecordingReporter())
+
+
+def test_missing_data_and_unavailable_model_fail_clearly(tiny, tmp_path, monkeypatch):
+    spec = RunSpec(task="text-classification", model=str(tiny), data=DataSpec(train_path=str(tmp_path / "nope.jsonl")))
+    with pytest.raises(TrainingError, match="not found"):
+        run_training(spec, tmp_path / "run", RecordingReporter())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec.model = "someone/not-cached-anywhere"
+    with pytest.raises(ModelUnavailable):
+        run_training(spec, tmp_path / "run2", RecordingReporter())
+
+
+def test_wrong_file_for_the_task_is_a_training_error(tiny, tmp_path):
+    spec = _spec("token-classification", tmp_path, classification_records(8), classification_records(4), tiny)
+    with pytest.raises(TrainingError, match="tokens"):
+        run_training(spec, tmp_path / "run", RecordingReporter())
