@@ -32,8 +32,8 @@ log = logging.getLogger("bench.throughput")
 BATCH, LR, SEED = 16, 5e-5, 42
 
 
-def plain_trainer(records: list[dict], padding_max_length: bool, out: Path) -> float:
-    """Samples/s of a hand-written Trainer script (the two baselines)."""
+def plain_trainer(records: list[dict], dev: list[dict], padding_max_length: bool, out: Path) -> tuple[float, float]:
+    """Samples/s and dev accuracy of a hand-written Trainer script (the two baselines)."""
     from datasets import Dataset
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
                               TrainingArguments, default_data_collator)
@@ -43,12 +43,12 @@ def plain_trainer(records: list[dict], padding_max_length: bool, out: Path) -> f
     path = str(packaged_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
     labels = sorted({r["label"] for r in records})
-    ds = Dataset.from_list([{"text": r["text"], "label": labels.index(r["label"])} for r in records])
     def tokenize(batch):
         if padding_max_length:
             return tokenizer(batch["text"], padding="max_length", truncation=True, max_length=128)
         return tokenizer(batch["text"], truncation=True, max_length=128)
-    ds = ds.map(tokenize, batched=True, remove_columns=["text"])
+    ds, dev_ds = (Dataset.from_list([{"text": r["text"], "label": labels.index(r["label"])} for r in rows])
+                  .map(tokenize, batched=True, remove_columns=["text"]) for rows in (records, dev))
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(labels))
     args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=BATCH, learning_rate=LR,
                              num_train_epochs=1, warmup_steps=0.06, weight_decay=0.01, seed=SEED,
@@ -58,36 +58,41 @@ def plain_trainer(records: list[dict], padding_max_length: bool, out: Path) -> f
     trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=collator)
     started = time.perf_counter()
     trainer.train()
-    return len(records) / (time.perf_counter() - started)
+    samples_per_second = len(records) / (time.perf_counter() - started)
+    output = trainer.predict(dev_ds)
+    return samples_per_second, float((output.predictions.argmax(-1) == output.label_ids).mean())
 
 
-def workbench(records: list[dict], work: Path) -> float:
+def workbench(records: list[dict], dev: list[dict], work: Path) -> tuple[float, float]:
     from jobs.engine import run_training
     from jobs.progress import RecordingReporter
     from jobs.spec import DataSpec, RunSpec, TrainSpec
 
     train = write_jsonl(work / "train.jsonl", records)
-    validation = write_jsonl(work / "validation.jsonl", records[:200])
+    validation = write_jsonl(work / "validation.jsonl", dev)
     spec = RunSpec(task="text-classification", data=DataSpec(train_path=train, validation_path=validation),
                    train=TrainSpec(epochs=1, learning_rate=LR, batch_size=BATCH, seed=SEED))
-    return run_training(spec, work / "run", RecordingReporter())["samples_per_second"]
+    metrics = run_training(spec, work / "run", RecordingReporter())
+    return metrics["samples_per_second"], metrics["accuracy"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "sms_spam_collection" / "train.csv")
+    parser.add_argument("--dev", type=Path, default=DEFAULT_DATA / "sms_spam_collection" / "dev.csv")
     parser.add_argument("--rows", type=int, default=2000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    records = read_csv(args.data, args.rows)
+    records, dev = read_csv(args.data, args.rows), read_csv(args.dev)
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         work = Path(tmp)
-        figures = {
-            "a_max_length_padding": plain_trainer(records, True, work / "a"),
-            "b_dynamic_padding": plain_trainer(records, False, work / "b"),
-            "workbench": workbench(records, work / "w"),
+        runs = {
+            "a_max_length_padding": plain_trainer(records, dev, True, work / "a"),
+            "b_dynamic_padding": plain_trainer(records, dev, False, work / "b"),
+            "workbench": workbench(records, dev, work / "w"),
         }
-    figures = {k: round(v, 2) for k, v in figures.items()}
+    figures = {name: round(speed, 2) for name, (speed, _) in runs.items()}
+    figures["dev_accuracy"] = {name: round(acc, 4) for name, (_, acc) in runs.items()}
     figures["workbench_vs_a"] = round(figures["workbench"] / figures["a_max_length_padding"], 2)
     figures["workbench_vs_b"] = round(figures["workbench"] / figures["b_dynamic_padding"], 2)
     figures["b_vs_a"] = round(figures["b_dynamic_padding"] / figures["a_max_length_padding"], 2)

@@ -93,7 +93,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     from jobs import catalogue, lora
     from jobs.hyperparameters import resolve_hyperparameters
     from jobs.tasks import task_module
-    from jobs.training import NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, training_arguments
+    from jobs.training import (NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, steps_per_epoch,
+                               training_arguments)
 
     if init_model_path and not Path(init_model_path).is_dir():
         raise TrainingError(f"the model to start from is missing: {init_model_path}",
@@ -139,8 +140,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
                                processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
                                compute_loss_func=loss_func, callbacks=callbacks)
     resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    total_steps = trainer.args.max_steps if trainer.args.max_steps > 0 else math.ceil(
-        len(trainer.get_train_dataloader()) / hp["gradient_accumulation_steps"] * hp["epochs"])
+    total_steps = hp["max_steps"] or math.ceil(
+        steps_per_epoch(len(prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"]) * hp["epochs"])
     facts = {"device": device, "total_steps": total_steps, "trainable_parameters": trainable,
              "total_parameters": total_params, "model": info.name, "model_path": path,
              "train_examples": len(train), "validation_examples": len(validation),

@@ -5,6 +5,7 @@ module holds everything that knows Trainer internals.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -34,19 +35,21 @@ class WorkbenchTrainer(Trainer):
 
     overhead_seconds = 0.0  # time spent evaluating and checkpointing inside train(), for samples/s
 
-    def evaluate(self, *args, **kwargs):
+    @contextlib.contextmanager
+    def _overhead(self):
         started = time.perf_counter()
         try:
-            return super().evaluate(*args, **kwargs)
+            yield
         finally:
             self.overhead_seconds += time.perf_counter() - started
 
+    def evaluate(self, *args, **kwargs):
+        with self._overhead():
+            return super().evaluate(*args, **kwargs)
+
     def _save_checkpoint(self, *args, **kwargs):
-        started = time.perf_counter()
-        try:
+        with self._overhead():
             return super()._save_checkpoint(*args, **kwargs)
-        finally:
-            self.overhead_seconds += time.perf_counter() - started
 
     def _get_eval_sampler(self, eval_dataset):
         return torch.utils.data.SequentialSampler(eval_dataset) if eval_dataset is not None else None

@@ -22,7 +22,7 @@ def test_half_of_the_pairs_are_true_next_sentences():
         if label == IS_NEXT:
             assert doc_a == doc_b and int(sent_b[8:-1]) == int(sent_a[8:-1]) + 1
         else:
-            assert doc_a != doc_b  # the random sentence comes from another document
+            assert label == IS_RANDOM and doc_a != doc_b  # the random sentence comes from another document
 
 
 def test_a_single_document_is_refused():

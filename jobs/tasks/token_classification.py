@@ -128,8 +128,8 @@ def decode_token_level(logits: np.ndarray, labels: np.ndarray, names: Sequence[s
     return gold_seqs, pred_seqs
 
 
-def trainer_metrics(eval_pred, names: Sequence[str], bio: bool, first_subtoken_only: bool) -> dict:
-    """Metrics during training, on labelled sub-tokens (= words when only first sub-tokens are labelled)."""
+def trainer_metrics(eval_pred, names: Sequence[str], bio: bool) -> dict:
+    """Metrics during training, on labelled sub-tokens (= words unless every sub-token is labelled)."""
     logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
     gold, pred = decode_token_level(logits, eval_pred.label_ids, names)
     return word_metrics(gold, pred, bio)[0]
@@ -155,8 +155,7 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
     return Prepared(
         train_dataset=built[0], eval_dataset=built[1], collator=DataCollatorForTokenClassification(tokenizer),
         validation_records=validation,
-        compute_metrics=functools.partial(trainer_metrics, names=names, bio=bio,
-                                          first_subtoken_only=not hp.get("label_all_subtokens")),
+        compute_metrics=functools.partial(trainer_metrics, names=names, bio=bio),
         main_metric="entity_f1" if bio else "token_accuracy", greater_is_better=True, labels=names,
         extra={"bio": bio, "tokenizer": tokenizer, "max_length": hp["max_length"]},
     )
