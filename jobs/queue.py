@@ -26,7 +26,7 @@ from jobs.spec import RunSpec
 from jobs.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
 from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, Run, Worker, utcnow
-from workbench.errors import NotFound
+from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,10 @@ def requeue(db: Database, run_id: int) -> None:
         current = session.scalar(select(Run.status).where(Run.id == run_id))
         if current is None:
             raise NotFound(f"run {run_id} does not exist")
-        check_transition(run_id, current, QUEUED)
+        if current not in (FAILED, CANCELLED):
+            # running -> queued is legal for a dead worker's lease, not for a user's retry.
+            raise InvalidState(f"cannot retry run {run_id}: it is {current}; only failed or cancelled runs "
+                               "can be retried (clone a succeeded one)")
         result = session.execute(
             update(Run).where(Run.id == run_id, Run.status == current)
             .values(status=QUEUED, attempts=0, cancel_requested=False, error=None, error_detail=None,

@@ -1,0 +1,87 @@
+"""Fixtures and helpers shared by the queue, worker and runs tests.
+
+``qwb`` is a workbench on SQLite or on a real PostgreSQL (fresh schema per test),
+so each queue test runs against both. Import the fixtures into a test module with
+``from tests.queue_support import qwb, ...  # noqa: F401``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from jobs.spec import DataSpec, RunSpec
+from storage.db import Database
+from workbench.context import Workbench, open_workbench
+from workbench.settings import Settings
+
+FAST = {"heartbeat_seconds": 0.2, "lease_seconds": 3.0, "cancel_timeout_seconds": 10.0}
+
+
+def reset_pg_schema(url: str) -> None:
+    """Each PostgreSQL test starts from an empty schema; the workbench migrates it again."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+def backend_url(backend: str, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'home' / 'workbench.db'}"
+    url = os.environ.get("WORKBENCH_TEST_PG_URL")
+    if not url:
+        from tests.conftest import require_service
+
+        require_service("no PostgreSQL server (WORKBENCH_TEST_PG_URL unset); run `make test` as root to start one")
+    reset_pg_schema(url)
+    return url
+
+
+def make_settings(tmp_path: Path, url: str, **overrides) -> Settings:
+    return Settings.from_env({}, home=str(tmp_path / "home"), database_url=url, **{**FAST, **overrides})
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def qwb(request, tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("WORKBENCH_") and not key.startswith("WORKBENCH_TEST_") and key != "WORKBENCH_REQUIRE_SERVICES":
+            monkeypatch.delenv(key)
+    url = backend_url(request.param, tmp_path)
+    workbench = open_workbench(make_settings(tmp_path, url))
+    yield workbench
+    workbench.close()
+
+
+def second_workbench(settings: Settings) -> Workbench:
+    """Another connection pool on the same database, as another worker process would have. No migration:
+    Alembic keeps global state and must not run in several threads at once."""
+    return Workbench(settings, Database(settings.database_url, migrate=False))
+
+
+def fake_spec(wb, model: str = "fake:succeed", name: str = "", **fields) -> RunSpec:
+    """A spec whose data file exists (run_job checks it) and whose model picks the fake's behaviour."""
+    data = wb.settings.home / "data" / "train.jsonl"
+    if not data.exists():
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps({"text": "good", "label": "pos"}) + "\n")
+    return RunSpec(task="text-classification", data=DataSpec(train_path=str(data)), model=model, name=name, **fields)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, step: Callable[[], None] | None = None,
+               interval: float = 0.05) -> bool:
+    """Call ``step`` (e.g. ``worker.loop_once``) until ``predicate`` holds or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if step is not None:
+            step()
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
