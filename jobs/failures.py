@@ -44,7 +44,9 @@ def describe_exception(exc: BaseException, batch_size: Optional[int] = None, mod
     """One sentence (with its hint after a dash) for an exception raised by the training engine."""
     text = str(exc)
     if isinstance(exc, TrainingError):
-        return f"{text} — {exc.hint}" if exc.hint else text
+        # The engine's sentences usually carry their advice after a dash already; the hint then goes
+        # to the error detail instead of making the sentence twice as long.
+        return text if (" — " in text or not exc.hint) else f"{text} — {exc.hint}"
     if _OOM.search(text) or type(exc).__name__ == "OutOfMemoryError":
         return _oom_sentence(batch_size)
     nan = _NAN.search(text)

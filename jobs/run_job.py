@@ -98,10 +98,12 @@ class DbReporter:
             self.flush()
 
     def info(self, values: Mapping[str, object]) -> None:
-        log.info("run facts: %s", dict(values))
         total = values.get("total_steps")
-        if isinstance(total, int) and not self._state:
-            self._state = {"total_steps": total}
+        if isinstance(total, int) and self.enabled:
+            # Shown as step 0/N (or the resumed step/N) before the first step is done.
+            with self.db.session() as session:
+                session.execute(update(Run).where(self._owned()).values(total_steps=total)
+                                .execution_options(synchronize_session=False))
 
     def cancel_requested(self) -> bool:
         now = time.monotonic()
@@ -193,7 +195,8 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
         spec = RunSpec.from_dict(raw_spec)
         spec, init_model = resolve_spec(wb, spec)
         log.info("run %s attempt %s: training %s on %s", run_id, attempt, spec.model, spec.data.train_path)
-        result = train_fn(spec, output_dir, reporter, device=wb.settings.device, init_model_path=init_model)
+        result = train_fn(spec, output_dir, reporter, device=wb.settings.device,
+                          init_model_path=str(init_model) if init_model else None)
     except Cancelled:
         reporter.flush()
         if reporter.orphaned:
@@ -208,9 +211,10 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
         reporter.flush()
         batch_size = spec.train.batch_size if spec else None
         message = describe_exception(exc, batch_size=batch_size, model=spec.model if spec else "")
+        hint = getattr(exc, "hint", "")
+        detail = (f"hint: {hint}\n\n" if hint else "") + log_tail(output_dir / PROCESS_LOG)
         if _is_rank_zero():
-            queue.finish(wb.db, run_id, attempt, FAILED, error=message, eta_seconds=None,
-                         error_detail=log_tail(output_dir / PROCESS_LOG))
+            queue.finish(wb.db, run_id, attempt, FAILED, error=message, eta_seconds=None, error_detail=detail)
         return EXIT_FAILED
     reporter.flush()
     if _is_rank_zero():

@@ -27,15 +27,14 @@ def _load_config(path: Optional[Path]) -> dict[str, Any]:
     return raw
 
 
-def _dataset_id(wb, value: str, task: str) -> str:
-    """A file or folder is imported through the dataset store first; anything else is a dataset id."""
+def _dataset_id(wb, value: str, task: str, validation: Optional[str] = None) -> str:
+    """A file or folder is imported through the dataset store first (with its validation file when one
+    is given); anything else is a dataset id or name."""
     from workbench.services import datasets
 
     if Path(value).exists():
-        imported = datasets.import_dataset(wb, Path(value), task)
-        return imported["id"] if isinstance(imported, dict) else getattr(imported, "id", imported)
-    dataset = datasets.get_dataset(wb, value)
-    return dataset["id"] if isinstance(dataset, dict) else getattr(dataset, "id", value)
+        return datasets.import_dataset(wb, Path(value), task, validation_path=validation).id
+    return datasets.get_dataset(wb, value).id
 
 
 def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epochs, lr, batch_size, max_length,
@@ -58,10 +57,14 @@ def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epoc
             train[key] = value
     if lora:
         raw["lora"] = {**(raw.get("lora") or {}), "enabled": True}
+    data_is_file = bool(data) and Path(data).exists()
+    eval_is_file = bool(eval_data) and Path(eval_data).exists()
     if data:
-        data_spec = {"dataset_id": _dataset_id(wb, data, raw["task"])}
-    if eval_data:
-        eval_id = _dataset_id(wb, eval_data, raw["task"])
+        data_spec = {"dataset_id": _dataset_id(wb, data, raw["task"], eval_data if eval_is_file else None)}
+    if eval_data and not (data_is_file and eval_is_file):
+        # A stored dataset (or a file stored whole, without a split) is this run's validation data.
+        eval_id = (datasets.import_dataset(wb, Path(eval_data), raw["task"], validation_fraction=0.0).id
+                   if eval_is_file else eval_data)
         data_spec["validation_path"] = str(datasets.dataset_files(wb, eval_id)[0])
     if not data_spec:
         raise ConfigError("give --data (a file, a folder or a dataset id), or data: in the --config file")
