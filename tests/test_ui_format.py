@@ -120,3 +120,15 @@ def test_label_distribution_sorted_and_confusion_html():
     assert list(frame["label"]) == ["spam", "ham"]
     table = plots.confusion_html(["ham", "spam"], [[5, 1], [0, 4]])
     assert table.count("<tr>") == 3 and "gold \\ predicted" in table
+
+
+def test_svg_charts_draw_one_line_per_curve_and_bars_from_zero():
+    frame = plots.curves_frame({"train/loss": [(1, 0.9), (2, 0.5), (3, 0.4)], "eval/loss": [(3, 0.6)]}, loss=True)
+    svg = plots.line_chart_svg(frame, "Loss")
+    assert svg.count("<polyline") == 2 and "train/loss" in svg and "eval/loss" in svg
+    assert "No points yet" in plots.line_chart_svg(plots.curves_frame({}, loss=True), "Loss")
+    bars = plots.bar_chart_svg(plots.label_distribution({"ham": 40, "spam": 20}), "label", "count", "Labels")
+    heights = [float(h) for h in __import__("re").findall(r"class='wb-bar'[^>]*height='([0-9.]+)'", bars)]
+    assert len(heights) == 2 and heights[0] == 2 * heights[1]  # the axis starts at zero
+    assert plots._ticks(0, 1.05) == [0, 0.5, 1.0]
+    assert plots._ticks(0, 40) == [0, 10, 20, 30, 40]

@@ -54,8 +54,7 @@ def test_upload_sms_shows_preview_and_label_plot(server, page):
     assert "✔" in status and "csv" in status.lower() and "60" in status
     wait_text(page, "#data-preview", "Free Top ringtone")
     assert "spam" in page.locator("#data-preview").inner_text()
-    plot = page.locator("#data-labels")
-    plot.locator("canvas, svg").first.wait_for(timeout=30_000)
+    assert page.locator("#data-labels rect.wb-bar").count() == 2  # ham and spam
     page.locator("#data-import").click()
     page.get_by_text(re.compile("Imported as")).wait_for(timeout=60_000)
     wait_text(page, "#data-datasets", "sms_sample")
@@ -72,6 +71,15 @@ def test_broken_csv_shows_the_line_number(server, page):
     problems.wait_for()
     assert "4" in problems.inner_text()
     screenshot(page, "data-error")
+
+
+def test_ner_example_shows_how_sub_tokens_get_labels(server, page):
+    page.goto(server.url)
+    page.locator("#example-token-classification").click()
+    wait_text(page, "#data-status", "conll", timeout=60_000)
+    wait_text(page, "#data-subtokens", "(ignored)")
+    assert page.locator("#data-labels rect.wb-bar").count() >= 5  # entity types
+    screenshot(page, "data-ner")
 
 
 def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory):
@@ -93,8 +101,9 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
     # Submit moves to the Runs tab with the new run selected; the timer keeps it fresh.
     wait_value(page, "#runs-selected input", "1")
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=RUN_TIMEOUT_MS)
-    page.locator("#run-loss canvas, #run-loss svg").first.wait_for(timeout=30_000)
+    page.locator("#run-loss polyline[data-curve='train/loss']").wait_for(timeout=30_000)
     assert "succeeded" in page.locator("#runs-table").inner_text()
+    page.wait_for_timeout(1500)
     screenshot(page, "runs")
 
 
@@ -118,8 +127,11 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
     text = page.locator("#compare-diff").inner_text()
     assert "0.0003" in text and "name" in text
     assert "train.seed" not in text  # only what differs
-    page.locator("#compare-plot canvas, #compare-plot svg").first.wait_for(timeout=30_000)
+    page.locator("#compare-plot polyline.wb-curve").nth(1).wait_for(state="attached")  # one line per run
     wait_text(page, "#compare-metrics", "accuracy")
+    choose(page, "compare-curve", "train/loss")
+    page.locator("#compare-plot svg title", has_text="train/loss").wait_for(state="attached")
+    page.wait_for_timeout(1500)  # let the plot's loading veil fade before the screenshot
     screenshot(page, "compare")
 
 
@@ -137,6 +149,7 @@ def test_auth_asks_for_a_login(tmp_path, browser):
         password.fill("wrong")
         page.get_by_role("button", name=re.compile("login", re.I)).click()
         page.get_by_text(re.compile("incorrect", re.I)).wait_for(timeout=15_000)
+        page.locator("input[type=text]").first.fill("alice")
         password.fill("wonderland")
         page.get_by_role("button", name=re.compile("login", re.I)).click()
         page.get_by_role("tab", name="Data").wait_for(timeout=30_000)

@@ -40,7 +40,8 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
                              *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys]]
                             for label, r in zip(labels, runs)], columns=["Run", "Status", "Model", *metric_keys])
-    diff_rows = [[key, *[fmt.short_value(v) for v in values]]
+    # None in a spec means "the engine chooses", so say that rather than show a blank.
+    diff_rows = [[key, *["automatic" if v is None else fmt.short_value(v) for v in values]]
                  for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
     diff = pd.DataFrame(diff_rows, columns=["Setting", *labels])
     per_class = side_by_side(labels, [per_class_rows(read_tables(r["output_dir"]) if r.get("output_dir") else {})
@@ -59,6 +60,11 @@ def quality_metrics(runs: list[dict[str, Any]]) -> list[str]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not any(h in k for h in HOUSEKEEPING)}
     headline = [k for task_keys in fmt.MAIN_METRICS.values() for k in task_keys]
     return sorted(keys, key=lambda k: (headline.index(k) if k in headline else len(headline), k))
+
+
+def overlay_svg(curves: dict[str, Any], name: str | None) -> str:
+    return plots.line_chart_svg(plots.overlaid_curves(curves, name or ""), name or "Overlaid curves",
+                                empty="None of these runs has this curve.")
 
 
 def side_by_side(labels: list[str], tables: list[list[list[Any]]]) -> pd.DataFrame:
@@ -85,8 +91,7 @@ def build(wb) -> dict[str, Any]:
                                 elem_id="compare-diff")
         with gr.Column():
             curve = gr.Dropdown([], label="Curve", elem_id="compare-curve")
-            overlay = gr.LinePlot(x="step", y="value", color="curve", title="Overlaid curves", height=300,
-                                  elem_id="compare-plot")
+            overlay = gr.HTML(elem_id="compare-plot")
     per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False)
     curves_state = gr.State({})
 
@@ -100,11 +105,11 @@ def build(wb) -> dict[str, Any]:
         first = result.curve_names[0] if result.curve_names else None
         return (result.message, result.metrics, result.diff, result.per_class,
                 gr.update(choices=result.curve_names, value=first),
-                plots.overlaid_curves(result.curves, first) if first else plots.overlaid_curves({}, ""),
+                overlay_svg(result.curves, first),
                 result.curves)
 
     go.click(on_compare, [picker], [message, metrics, diff, per_class, curve, overlay, curves_state])
-    curve.change(lambda name, curves: plots.overlaid_curves(curves or {}, name or ""), [curve, curves_state],
+    curve.change(lambda name, curves: overlay_svg(curves or {}, name), [curve, curves_state],
                  [overlay])
     refresh.click(lambda: gr.update(choices=run_choices(wb)), None, [picker])
     return {"picker": picker, "on_load": lambda: gr.update(choices=run_choices(wb))}

@@ -81,7 +81,7 @@ def _summary(report: dict[str, Any], name: str) -> str:
     warnings = report.get("warnings") or []
     status = "✔ " + " · ".join(parts)
     if warnings:
-        status += f"\n\n⚠ {len(warnings)} warning(s), repaired on import:\n" + fmt.problems_markdown(warnings)
+        status += f" · ⚠ {len(warnings)} warning(s), repaired on import (listed below with their lines)"
     return status
 
 
@@ -210,11 +210,12 @@ def build(wb) -> DataTab:
             if examples:
                 with gr.Row():
                     gr.Markdown("**Try an example:**")
-                    example_buttons = {t: gr.Button(t, size="sm", variant="secondary") for t in examples}
+                    example_buttons = {t: gr.Button(t, size="sm", variant="secondary", min_width=120,
+                                                    elem_id=f"example-{t}") for t in examples}
             else:
                 example_buttons = {}
         with gr.Column(scale=1):
-            with gr.Accordion("Column mapping", open=True):
+            with gr.Accordion("Column mapping", open=True) as mapping_box:
                 text_col = gr.Dropdown([], label="Text column", allow_custom_value=True)
                 pair_col = gr.Dropdown([], label="Second text column (pairs)", allow_custom_value=True)
                 label_col = gr.Dropdown([], label="Label column", allow_custom_value=True)
@@ -226,14 +227,11 @@ def build(wb) -> DataTab:
     preview = gr.Dataframe(label="Preview (first 20 records, as the trainer will read them)", interactive=False,
                            wrap=True, max_height=360, elem_id="data-preview")
     with gr.Row():
-        label_plot = gr.BarPlot(x="label", y="count", title="Label distribution", label="Labels",
-                                elem_id="data-labels", sort="-y", height=280)
-        length_plot = gr.BarPlot(x="tokens", y="count", color="part", title="Token lengths",
-                                 color_map={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
-                                 label="Token lengths", elem_id="data-lengths", height=280, sort=None)
+        label_plot = gr.HTML(elem_id="data-labels")
+        length_plot = gr.HTML(elem_id="data-lengths")
     length_caption = gr.Markdown()
     subtokens = gr.Dataframe(headers=SUBTOKEN_HEADERS, label="NER: how sub-tokens get labels", visible=False,
-                             interactive=False)
+                             interactive=False, elem_id="data-subtokens", max_height=300)
     with gr.Accordion("Import: name and validation split", open=True):
         with gr.Row():
             name = gr.Textbox(label="Dataset name", placeholder="defaults to the file name")
@@ -261,12 +259,14 @@ def build(wb) -> DataTab:
             if keep_mapping or not choices:
                 return gr.update(choices=choices or None) if choices else gr.update()
             return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
-        # Bars start at zero (the default axis starts near the smallest count and hides it) and
-        # the histogram keeps its bins in length order.
-        top = int(view.labels["count"].max()) if len(view.labels) else 1
         return (view.status, gr.update(value=view.problems, visible=bool(view.problems)), view.preview,
-                gr.BarPlot(value=view.labels, y_lim=[0, top * 1.05]),
-                gr.BarPlot(value=view.lengths, sort=list(view.lengths["tokens"]) or None), view.lengths_caption,
+                plots.bar_chart_svg(view.labels, "label", "count", "Label distribution", x_title="label",
+                                    empty="Upload a file to see its labels."),
+                plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
+                                    colour_by="part", x_title="tokens per example",
+                                    colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
+                                    empty="Token lengths appear here."),
+                view.lengths_caption,
                 gr.update(value=view.subtokens, visible=bool(view.subtokens)),
                 picker("text"), picker("text_pair"), picker("label"))
 
@@ -276,6 +276,9 @@ def build(wb) -> DataTab:
     def on_recheck(path, task_, fmt_, t, p, l, s, length):
         return show(check_file(wb, path, task_, fmt_, t, p, l, s, length), keep_mapping=True)
 
+    # QA contexts are long: its default window is 384 tokens, the other tasks' 128 (as in the engine).
+    task.change(lambda t: (384 if t == "question-answering" else 128, gr.update(visible=t == "text-classification")),
+                [task], [max_length, mapping_box])
     upload.upload(on_upload, check_inputs, check_outputs)
     upload.clear(on_upload, check_inputs, check_outputs)
     recheck.click(on_recheck, check_inputs, check_outputs)

@@ -1,12 +1,13 @@
-"""Data for the UI's plots, as pandas frames for ``gr.BarPlot``/``gr.LinePlot``, and the confusion-matrix heat-map.
+"""The UI's plots: pandas frames built from service results, drawn as small SVG charts, and the confusion heat-map.
 
-Native Gradio plots render in the browser (no matplotlib, nothing to rasterise on
-the server), so a refresh of the live curves costs one small frame per tick.
-Every function here is pure: it takes what a service returned and gives a frame.
+Every function here is pure: frames from what a service returned, SVG/HTML
+strings from frames. The SVG is drawn on the server as text (no matplotlib, no
+image files), a few kB per chart, and only re-sent when the run changed.
 """
 from __future__ import annotations
 
 import html
+import math
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -18,8 +19,7 @@ KEPT, TRUNCATED = "kept", "truncated"
 
 
 def _curve_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Typed even when empty: the browser keeps the axis types of the first frame it gets, and an
-    empty frame of ``object`` columns would make the value axis categorical for good."""
+    """A ``step, value, curve`` frame, typed even when empty."""
     frame = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     return frame.astype({"step": "int64", "value": "float64", "curve": "str"})
 
@@ -126,13 +126,19 @@ def is_loss(name: str) -> bool:
     return "loss" in name.lower()
 
 
-def curves_frame(curves: Any, *, loss: bool) -> pd.DataFrame:
-    """Loss curves (``loss=True``) or the other metric curves of one run, for a ``gr.LinePlot``.
+def is_quality_metric(name: str) -> bool:
+    """An evaluation score worth plotting (``eval/accuracy``), not a timing (``eval/runtime``) or training stat."""
+    lowered = name.lower()
+    return lowered.startswith("eval") and not any(t in lowered for t in ("runtime", "second", "loss"))
 
-    The learning rate is left out: on the same axis as a loss it flattens the plot.
+
+def curves_frame(curves: Any, *, loss: bool) -> pd.DataFrame:
+    """Loss curves (``loss=True``) or the evaluation-score curves of one run.
+
+    Learning rate, gradient norm and timings are left out: on the same axis they flatten the plot.
     """
-    rows = [{"step": s, "value": v, "curve": n} for n, s, v in curve_points(curves)
-            if is_loss(n) == loss and "learning_rate" not in n and v == v]
+    wanted = is_loss if loss else is_quality_metric
+    rows = [{"step": s, "value": v, "curve": n} for n, s, v in curve_points(curves) if wanted(n) and v == v]
     return _curve_frame(rows).sort_values(["curve", "step"], kind="stable").reset_index(drop=True)
 
 
@@ -146,7 +152,7 @@ def overlaid_curves(curves_by_run: Mapping[str, Any], metric: str) -> pd.DataFra
 
 def curve_names(curves_list: Iterable[Any]) -> list[str]:
     """The curve names present in any of the runs, eval curves first."""
-    names = {n for curves in curves_list for n, _, _ in curve_points(curves) if "learning_rate" not in n}
+    names = {n for curves in curves_list for n, _, _ in curve_points(curves) if is_loss(n) or is_quality_metric(n)}
     return sorted(names, key=lambda n: (not n.startswith("eval"), n))
 
 
@@ -172,3 +178,126 @@ def confusion_html(labels: Sequence[str], matrix: Sequence[Sequence[float]], max
         body.append(f"<tr><th>{html.escape(label)}</th>{''.join(cells)}</tr>")
     return ("<div class='wb-confusion'><table><thead><tr><th>gold \\ predicted</th>" + head + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table></div>")
+
+
+# --- SVG rendering -----------------------------------------------------------------------------------------
+# Gradio 6.31's native plots fix their colour domain on the first frame they get: a curve that
+# appears later (``eval/loss`` after the first evaluation, a second run) is never drawn. The charts
+# below are plain SVG strings for ``gr.HTML``: each update redraws everything, nothing to load.
+
+PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#db2777", "#65a30d", "#475569")
+_W, _H, _L, _R, _T, _B = 560, 280, 58, 16, 40, 52
+
+
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    if high <= low:
+        return [low]
+    raw = (high - low) / max(count - 1, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def _num(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def _frame_svg(title: str, body: str, legend: list[tuple[str, str]], x_title: str, y_title: str) -> str:
+    items, x, shown = [], float(_L), 0
+    for name, colour in legend:
+        label = name[:26]
+        width = 22 + 6.2 * len(label)
+        if x + width > _W - _R - 50:
+            break
+        items.append(f"<g transform='translate({x:.0f},{_T - 14})'><rect width='10' height='10' y='-9' "
+                     f"fill='{colour}'/><text x='14' font-size='11'>{html.escape(label)}</text></g>")
+        x, shown = x + width, shown + 1
+    items = "".join(items)
+    more = (f"<text x='{_W - _R}' y='{_T - 14}' font-size='11' text-anchor='end'>+{len(legend) - shown} more</text>"
+            if len(legend) > shown else "")
+    return (f"<svg class='wb-chart' viewBox='0 0 {_W} {_H}' width='100%' role='img' xmlns='http://www.w3.org/2000/svg'"
+            f" font-family='sans-serif' fill='currentColor'><title>{html.escape(title)}</title>"
+            f"<text x='{_L}' y='14' font-size='13' font-weight='600'>{html.escape(title)}</text>{items}{more}{body}"
+            f"<text x='{(_L + _W - _R) / 2}' y='{_H - 6}' font-size='11' text-anchor='middle'>{html.escape(x_title)}</text>"
+            f"<text transform='translate(12,{(_T + _H - _B) / 2}) rotate(-90)' font-size='11' text-anchor='middle'>"
+            f"{html.escape(y_title)}</text></svg>")
+
+
+def line_chart_svg(frame: pd.DataFrame, title: str, *, x_title: str = "step", y_title: str = "value",
+                   empty: str = "No points yet.") -> str:
+    """Curves of a ``step, value, curve`` frame as an SVG line chart (one colour per curve)."""
+    if frame is None or not len(frame):
+        return f"<div class='wb-chart-empty'><b>{html.escape(title)}</b><p class='wb-muted'>{html.escape(empty)}</p></div>"
+    x_low, x_high = float(frame["step"].min()), float(frame["step"].max())
+    y_low, y_high = float(frame["value"].min()), float(frame["value"].max())
+    pad = (y_high - y_low) * 0.05 or abs(y_high) * 0.05 or 1.0
+    y_low, y_high = y_low - pad, y_high + pad
+    x_span = (x_high - x_low) or 1.0
+    inner_w, inner_h = _W - _L - _R, _H - _T - _B
+
+    def sx(x: float) -> float:
+        return _L + (x - x_low) / x_span * inner_w if x_high > x_low else _L + inner_w / 2
+
+    def sy(y: float) -> float:
+        return _T + inner_h - (y - y_low) / (y_high - y_low) * inner_h
+
+    parts = [f"<rect x='{_L}' y='{_T}' width='{inner_w}' height='{inner_h}' fill='none' stroke='#cbd5e1'/>"]
+    for tick in _ticks(y_low, y_high):
+        parts.append(f"<line x1='{_L}' x2='{_W - _R}' y1='{sy(tick):.1f}' y2='{sy(tick):.1f}' stroke='#e2e8f0'/>"
+                     f"<text x='{_L - 6}' y='{sy(tick) + 4:.1f}' font-size='10' text-anchor='end'>{_num(tick)}</text>")
+    for tick in _ticks(x_low, x_high):
+        parts.append(f"<text x='{sx(tick):.1f}' y='{_T + inner_h + 16}' font-size='10' text-anchor='middle'>"
+                     f"{_num(tick)}</text>")
+    legend = []
+    for index, (name, group) in enumerate(frame.groupby("curve", sort=False)):
+        colour = PALETTE[index % len(PALETTE)]
+        legend.append((str(name), colour))
+        points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(group["step"], group["value"]))
+        parts.append(f"<polyline class='wb-curve' data-curve='{html.escape(str(name))}' points='{points}' "
+                     f"fill='none' stroke='{colour}' stroke-width='2'/>")
+        if len(group) <= 40:
+            parts.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{colour}'><title>"
+                         f"{html.escape(str(name))} @ {int(x)}: {_num(y)}</title></circle>"
+                         for x, y in zip(group["step"], group["value"]))
+    return _frame_svg(title, "".join(parts), legend, x_title, y_title)
+
+
+def bar_chart_svg(frame: pd.DataFrame, x: str, y: str, title: str, *, colour_by: str | None = None,
+                  colours: Mapping[str, str] | None = None, x_title: str = "", y_title: str = "count",
+                  empty: str = "Nothing to show yet.") -> str:
+    """Bars of ``frame[y]`` per ``frame[x]`` in frame order, starting at zero (so small bars stay visible)."""
+    if frame is None or not len(frame):
+        return f"<div class='wb-chart-empty'><b>{html.escape(title)}</b><p class='wb-muted'>{html.escape(empty)}</p></div>"
+    inner_w, inner_h = _W - _L - _R, _H - _T - _B
+    top = float(frame[y].max()) or 1.0
+    ticks = _ticks(0.0, top * 1.05)
+    scale_top = max(ticks[-1], top)
+    slot = inner_w / len(frame)
+    parts = [f"<rect x='{_L}' y='{_T}' width='{inner_w}' height='{inner_h}' fill='none' stroke='#cbd5e1'/>"]
+    for tick in ticks:
+        ty = _T + inner_h - tick / scale_top * inner_h
+        parts.append(f"<line x1='{_L}' x2='{_W - _R}' y1='{ty:.1f}' y2='{ty:.1f}' stroke='#e2e8f0'/>"
+                     f"<text x='{_L - 6}' y='{ty + 4:.1f}' font-size='10' text-anchor='end'>{_num(tick)}</text>")
+    legend: dict[str, str] = {}
+    rotate = len(frame) > 8
+    for i, row in enumerate(frame.itertuples(index=False)):
+        record = row._asdict()
+        key = str(record[colour_by]) if colour_by else ""
+        colour = (colours or {}).get(key) or PALETTE[0]
+        if colour_by:
+            legend.setdefault(key, colour)
+        height = float(record[y]) / scale_top * inner_h
+        bx = _L + i * slot + slot * 0.1
+        parts.append(f"<rect class='wb-bar' x='{bx:.1f}' y='{_T + inner_h - height:.1f}' width='{slot * 0.8:.1f}' "
+                     f"height='{height:.1f}' fill='{colour}'><title>{html.escape(str(record[x]))}: "
+                     f"{_num(float(record[y]))}</title></rect>")
+        lx, ly = _L + (i + 0.5) * slot, _T + inner_h + 14
+        label = html.escape(str(record[x])[:14])
+        parts.append(f"<text x='{lx:.1f}' y='{ly}' font-size='10' text-anchor='{'end' if rotate else 'middle'}'"
+                     + (f" transform='rotate(-40 {lx:.1f} {ly})'" if rotate else "") + f">{label}</text>")
+    return _frame_svg(title, "".join(parts), list(legend.items()), x_title, y_title)

@@ -245,10 +245,8 @@ def build(wb) -> RunsTab:
     with gr.Tabs():
         with gr.Tab("Curves"):
             with gr.Row():
-                loss_plot = gr.LinePlot(x="step", y="value", color="curve", title="Loss", elem_id="run-loss",
-                                        height=300)
-                metric_plot = gr.LinePlot(x="step", y="value", color="curve", title="Evaluation metrics",
-                                          elem_id="run-metric-curves", height=300)
+                loss_plot = gr.HTML(elem_id="run-loss")
+                metric_plot = gr.HTML(elem_id="run-metric-curves")
         with gr.Tab("Log"):
             log_box = gr.Code(label="Log (last 200 lines)", language=None, elem_id="run-log", interactive=False,
                               max_lines=30)
@@ -277,7 +275,9 @@ def build(wb) -> RunsTab:
                     "")
         if view is None:
             return (*[gr.skip()] * len(detail_outputs), last_key)
-        return (view.header, view.loss, view.metrics_curves, view.log_tail, view.final_metrics, view.per_class,
+        return (view.header, plots.line_chart_svg(view.loss, "Loss"),
+                plots.line_chart_svg(view.metrics_curves, "Evaluation metrics",
+                                     empty="Evaluation metrics appear after the first evaluation."), view.log_tail, view.final_metrics, view.per_class,
                 view.confusion, view.errors, view.spec, view.key)
 
     def tick(status_, search_, sort_, page_, rid, last_key):
