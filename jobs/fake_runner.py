@@ -47,7 +47,7 @@ def _record_execution(output_dir: Path) -> None:
 def _save_checkpoint(output_dir: Path, step: int) -> None:
     folder = output_dir / "checkpoints" / f"checkpoint-{step}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "state.json").write_text(json.dumps({"step": step}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
 
 
 def _last_checkpoint(output_dir: Path) -> int:

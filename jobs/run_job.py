@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -45,8 +46,8 @@ def _is_rank_zero() -> bool:
 
 
 class DbReporter:
-    """Writes progress, ETA and the latest metrics at most once per ``interval`` seconds, every metric
-    point to ``metric_points``, and reads the cancel flag at most once per ``interval``."""
+    """Writes progress and ETA at most once per ``interval`` seconds, each metric point (and the latest
+    metrics) when it comes, and reads the cancel flag at most once per ``interval``."""
 
     def __init__(self, db: Database, run_id: int, attempt: int, interval: float = WRITE_INTERVAL_S):
         self.db, self.run_id, self.attempt, self.interval = db, run_id, attempt, interval
@@ -94,8 +95,9 @@ class DbReporter:
             value = float(value)
             self._latest[name] = value
             self._points.append({"run_id": self.run_id, "step": step, "epoch": epoch, "name": name, "value": value})
-        if time.monotonic() - self._last_write >= self.interval:
-            self.flush()
+        # Points are written at once (the engine logs every few steps, not every step): a point held back
+        # for a second could be lost to a crash after the checkpoint that covers it, leaving a gap in the curve.
+        self.flush()
 
     def info(self, values: Mapping[str, object]) -> None:
         total = values.get("total_steps")
@@ -164,6 +166,19 @@ def resolve_spec(wb: Workbench, spec: RunSpec) -> tuple[RunSpec, Optional[Path]]
     return dataclasses.replace(spec, data=data), init_model
 
 
+def discard_incomplete_checkpoints(output_dir: Path) -> list[str]:
+    """A process killed while saving leaves a checkpoint folder without ``trainer_state.json`` (the
+    Trainer writes it last). Resuming from it would fail, so it goes; the previous one is used."""
+    removed = []
+    for folder in (output_dir / "checkpoints").glob("checkpoint-*"):
+        if folder.is_dir() and not (folder / "trainer_state.json").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    if removed:
+        log.warning("removed incomplete checkpoint(s) %s left by an interrupted attempt", ", ".join(removed))
+    return removed
+
+
 def _record_artifacts(session, run_id: int, output_dir: Path) -> None:
     kinds = {"model": "model", "metrics.json": "metrics", "tables.json": "tables",
              "predictions.jsonl": "predictions", "train.log": "log", "checkpoints": "checkpoint"}
@@ -189,6 +204,8 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
             return EXIT_ORPHANED
         raw_spec, output_dir = dict(run.spec), Path(run.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if _is_rank_zero():
+        discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
     spec = None
     try:

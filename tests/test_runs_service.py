@@ -102,6 +102,7 @@ def test_retry_resumes_a_failed_run_from_its_checkpoint(qwb):
     run_id = runs.submit_run(qwb, fake_spec(qwb, "fake:steps:20:0.01"))
     claimed = queue.claim(qwb.db, "w")
     (Path(claimed.output_dir) / "checkpoints" / "checkpoint-15").mkdir(parents=True)
+    (Path(claimed.output_dir) / "checkpoints" / "checkpoint-15" / "trainer_state.json").write_text("{}")
     queue.finish(qwb.db, run_id, claimed.attempt, FAILED, error="the machine rebooted")
     runs.retry_run(qwb, run_id)
     _drain(qwb, run_id)

@@ -119,7 +119,10 @@ def test_dead_workers_run_is_resumed_by_another_worker(qwb):
     t0 = utcnow()
     queue.claim(qwb.db, "dead-worker", now=t0)
     output = Path(_run(qwb, run_id).output_dir)
-    (output / "checkpoints" / "checkpoint-10").mkdir(parents=True)  # what the dead attempt left
+    for step, complete in ((10, True), (15, False)):  # what the dead attempt left: 15 was being saved
+        (output / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        if complete:
+            (output / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     worker = Worker(qwb, fake_subprocess_runner(), gpus=[])
     worker.loop_once(now=t0 + dt.timedelta(seconds=1))
     assert _run(qwb, run_id).worker_id == "dead-worker"  # lease still valid
