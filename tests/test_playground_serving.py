@@ -16,6 +16,8 @@ from tests import playground_support as ps
 from workbench.playground import service
 
 pytestmark = pytest.mark.e2e
+# Generous: the first request to a playground builds its page, and CI machines are slow and shared.
+HTTP = httpx.Client(timeout=120)
 
 TOKEN = "colleague-token-123"
 WORKBENCH_MARKER = "WORKBENCH-ONLY-DATASETS-TAB"
@@ -105,13 +107,13 @@ def _check_prediction(kind, prediction, text_input):
 @pytest.mark.parametrize("kind", list(ps.TASK_DATA))
 def test_rest_single_and_batch(server, published, kind):
     url = f"{server.url}/api/v1/predict/{published[kind].slug}"
-    single = httpx.post(url, json={"inputs": INPUTS[kind]}, headers=_headers(kind), timeout=60)
+    single = HTTP.post(url, json={"inputs": INPUTS[kind]}, headers=_headers(kind))
     assert single.status_code == 200, single.text
     body = single.json()
     assert body["batch"] is False and len(body["predictions"]) == 1 and body["latency_ms"] > 0
     _check_prediction(kind, body["predictions"][0], INPUTS[kind])
 
-    batch = httpx.post(url, json={"inputs": [INPUTS[kind]] * 3}, headers=_headers(kind), timeout=60).json()
+    batch = HTTP.post(url, json={"inputs": [INPUTS[kind]] * 3}, headers=_headers(kind)).json()
     assert batch["batch"] is True and len(batch["predictions"]) == 3
     assert batch["predictions"][0] == body["predictions"][0]
 
@@ -136,33 +138,33 @@ def test_token_is_enforced(server, published):
     slug = published["masked-lm"].slug
     url = f"{server.url}/api/v1/predict/{slug}"
     assert published["masked-lm"].has_token
-    assert httpx.post(url, json={"inputs": INPUTS["masked-lm"]}).status_code == 401
-    wrong = httpx.post(url, json={"inputs": INPUTS["masked-lm"]}, headers={"Authorization": "Bearer nope-nope"})
+    assert HTTP.post(url, json={"inputs": INPUTS["masked-lm"]}).status_code == 401
+    wrong = HTTP.post(url, json={"inputs": INPUTS["masked-lm"]}, headers={"Authorization": "Bearer nope-nope"})
     assert wrong.status_code == 401 and "not valid" in wrong.json()["error"]
     # Without the token even a malformed body answers 401: nothing is revealed about the inputs.
-    assert httpx.post(url, content=b"{not json").status_code == 401
+    assert HTTP.post(url, content=b"{not json").status_code == 401
 
-    page = httpx.get(f"{server.url}/play/{slug}/")
+    page = HTTP.get(f"{server.url}/play/{slug}/")
     assert page.status_code == 401 and "access token" in page.text.lower() and "<form" in page.text
-    assert httpx.get(f"{server.url}/play/{slug}/config").status_code == 401
-    with httpx.Client(base_url=server.url) as browser:
+    assert HTTP.get(f"{server.url}/play/{slug}/config").status_code == 401
+    with httpx.Client(base_url=server.url, timeout=120) as browser:
         opened = browser.get(f"/play/{slug}/?token={TOKEN}")
         assert opened.status_code == 200
         assert browser.get(f"/play/{slug}/config").status_code == 200  # the cookie carries the token on
-    assert httpx.get(f"{server.url}/play/{slug}/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert HTTP.get(f"{server.url}/play/{slug}/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
 def test_unknown_and_unpublished_slugs_are_404(server, module_wb, models):
-    assert httpx.post(f"{server.url}/api/v1/predict/no-such-slug-1-abc", json={"inputs": "x"}).status_code == 404
-    page = httpx.get(f"{server.url}/play/no-such-slug-1-abc/")
+    assert HTTP.post(f"{server.url}/api/v1/predict/no-such-slug-1-abc", json={"inputs": "x"}).status_code == 404
+    page = HTTP.get(f"{server.url}/play/no-such-slug-1-abc/")
     assert page.status_code == 404 and "no longer published" in page.text
 
     run_id = ps.add_run(module_wb, "text-classification", models["text-classification"])
     info = service.publish(module_wb, run_id)
-    assert httpx.get(f"{server.url}/play/{info.slug}/").status_code == 200
+    assert HTTP.get(f"{server.url}/play/{info.slug}/").status_code == 200
     service.unpublish(module_wb, info.slug)
-    assert httpx.get(f"{server.url}/play/{info.slug}/").status_code == 404
-    gone = httpx.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": "x"})
+    assert HTTP.get(f"{server.url}/play/{info.slug}/").status_code == 404
+    gone = HTTP.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": "x"})
     assert gone.status_code == 404 and "no longer published" in gone.json()["error"]
 
 
@@ -177,16 +179,16 @@ def test_unknown_and_unpublished_slugs_are_404(server, module_wb, models):
 ])
 def test_bad_input_is_422_with_a_clear_message(server, published, body, needle):
     url = f"{server.url}/api/v1/predict/{published['text-classification'].slug}"
-    answer = httpx.post(url, content=body, headers={"content-type": "application/json"})
+    answer = HTTP.post(url, content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 422
     assert needle in answer.json()["error"]
 
 
 def test_task_specific_422(server, published):
-    qa = httpx.post(f"{server.url}/api/v1/predict/{published['question-answering'].slug}",
+    qa = HTTP.post(f"{server.url}/api/v1/predict/{published['question-answering'].slug}",
                     json={"inputs": "just a string"})
     assert qa.status_code == 422 and '"question"' in qa.json()["error"]
-    mlm = httpx.post(f"{server.url}/api/v1/predict/{published['masked-lm'].slug}", json={"inputs": "no mask"},
+    mlm = HTTP.post(f"{server.url}/api/v1/predict/{published['masked-lm'].slug}", json={"inputs": "no mask"},
                      headers=_headers("masked-lm"))
     assert mlm.status_code == 422 and "[MASK]" in mlm.json()["error"]
 
@@ -195,19 +197,19 @@ def test_published_after_start_is_served(server, module_wb, models):
     run_id = ps.add_run(module_wb, "token-classification", models["token-classification"], name="Late NER")
     info = service.publish(module_wb, run_id)
     assert info.slug.startswith("late-ner-")
-    page = httpx.get(f"{server.url}/play/{info.slug}", follow_redirects=True)
+    page = HTTP.get(f"{server.url}/play/{info.slug}", follow_redirects=True)
     assert page.status_code == 200 and str(page.url).endswith(f"/play/{info.slug}/")
-    answer = httpx.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": INPUTS["token-classification"]})
+    answer = HTTP.post(f"{server.url}/api/v1/predict/{info.slug}", json={"inputs": INPUTS["token-classification"]})
     assert answer.status_code == 200
 
 
 def test_page_exposes_nothing_of_the_workbench(server, published):
     slug = published["text-classification"].slug
     base = f"{server.url}/play/{slug}"
-    assert httpx.get(f"{server.url}/").status_code in (200, 401)  # the workbench shows only its login
-    assert WORKBENCH_MARKER not in httpx.get(f"{server.url}/config").text  # the login holds, config is closed
-    html = httpx.get(f"{base}/").text
-    config = httpx.get(f"{base}/config").json()
+    assert HTTP.get(f"{server.url}/").status_code in (200, 401)  # the workbench shows only its login
+    assert WORKBENCH_MARKER not in HTTP.get(f"{server.url}/config").text  # the login holds, config is closed
+    html = HTTP.get(f"{base}/").text
+    config = HTTP.get(f"{base}/config").json()
     text = html + json.dumps(config)
     assert WORKBENCH_MARKER not in text
     for word in ("Datasets", "Runs tab", "/api/v1/runs", "Train"):
@@ -219,7 +221,7 @@ def test_page_exposes_nothing_of_the_workbench(server, published):
     kinds = {c["type"] for c in config["components"]}
     assert kinds <= {"markdown", "row", "column", "textbox", "button", "label", "accordion", "json", "dataset",
                      "examples", "slider", "image", "form", "group", "html", "state", "tabs", "tabitem"}, kinds
-    api = httpx.get(f"{base}/gradio_api/info").json()
+    api = HTTP.get(f"{base}/gradio_api/info").json()
     assert list(api["named_endpoints"]) == ["/predict"]
     card = config["components"][0]["props"]["value"]
     for fact in ("Text classification", "tiny-bert", "tiny text-classification set", "accuracy", "4 training"):
@@ -227,6 +229,6 @@ def test_page_exposes_nothing_of_the_workbench(server, published):
 
 
 def test_examples_come_from_validation_set(server, published):
-    config = httpx.get(f"{server.url}/play/{published['question-answering'].slug}/config").json()
+    config = HTTP.get(f"{server.url}/play/{published['question-answering'].slug}/config").json()
     dumped = json.dumps(config)
     assert "Where is the Eiffel Tower?" in dumped and "Ada Lovelace wrote the first program" in dumped

@@ -1,0 +1,83 @@
+"""`workbench publish|unpublish|playgrounds`: share a finished run as a playground page and API."""
+from __future__ import annotations
+
+import secrets
+from typing import Optional
+
+import typer
+
+from workbench.cli import app, emit
+from workbench.context import open_workbench
+from workbench.playground import service
+from workbench.settings import Settings
+
+
+def _base_url(settings: Settings, host: Optional[str] = None, port: Optional[int] = None) -> str:
+    host = host or settings.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return f"http://{shown}:{port or settings.port}"
+
+
+@app.command()
+def publish(
+    run_id: int,
+    token: Optional[str] = typer.Option(None, help="Access token the playground will require (8+ characters)."),
+    generate_token: bool = typer.Option(False, "--generate-token", help="Make up a random access token."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (slug, url_path, api_path, token once)."),
+    standalone: bool = typer.Option(False, "--standalone",
+                                    help="Serve only this playground from this process (no workbench)."),
+    host: Optional[str] = typer.Option(None, help="With --standalone: interface (default WORKBENCH_HOST)."),
+    port: Optional[int] = typer.Option(None, help="With --standalone: port (default WORKBENCH_PORT)."),
+    share: bool = typer.Option(False, "--share", help="With --standalone: ask Gradio for a public link (needs "
+                                                      "internet; offline it says so and serves locally)."),
+) -> None:
+    """Publish a succeeded run at /play/<slug>/ on the workbench server; the token is shown only now."""
+    if share and not standalone:
+        raise typer.BadParameter("--share needs --standalone (the workbench server itself is never shared)")
+    if generate_token and token:
+        raise typer.BadParameter("give --token or --generate-token, not both")
+    wb = open_workbench(Settings.from_env(host=host, port=port) if standalone else None)
+    try:
+        info = service.publish(wb, run_id, token=secrets.token_urlsafe(16) if generate_token else token)
+        base = _base_url(wb.settings)
+        link = f"{base}{info.url_path}" + (f"?token={info.token}" if info.token else "")
+        payload = {**info.to_dict(), "url": link}
+        lines = [f"published run {run_id} as {info.slug}", f"page: {link}", f"API:  POST {base}{info.api_path}"]
+        if info.token:
+            lines.append(f"token: {info.token}  (shown once; only its hash is stored)")
+        emit(payload, as_json, "\n".join(lines))
+        if standalone:
+            from workbench.playground.standalone import serve_standalone
+
+            serve_standalone(wb, info.slug, wb.settings.host, wb.settings.port, share,
+                             say=lambda line: typer.echo(line, err=as_json))
+    finally:
+        wb.close()
+
+
+@app.command()
+def unpublish(slug: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Take a playground down: its page and API answer 404 from now on."""
+    wb = open_workbench()
+    try:
+        info = service.unpublish(wb, slug)
+    finally:
+        wb.close()
+    emit(info.to_dict(), as_json, f"unpublished {slug}")
+
+
+@app.command()
+def playgrounds(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (a list)."),
+    all_: bool = typer.Option(False, "--all", help="Include unpublished playgrounds."),
+) -> None:
+    """List published playgrounds, newest first."""
+    wb = open_workbench()
+    try:
+        rows = service.list_playgrounds(wb, include_inactive=all_)
+        base = _base_url(wb.settings)
+    finally:
+        wb.close()
+    text = "\n".join(f"{p.slug:<48} run {p.run_id:<5} {p.task:<22} {'token' if p.has_token else 'public':<7}"
+                     f"{'' if p.active else 'unpublished  '}{base}{p.url_path}" for p in rows) or "no playgrounds"
+    emit([p.to_dict() for p in rows], as_json, text)
