@@ -223,7 +223,8 @@ def build(wb) -> DataTab:
                 recheck = gr.Button("Check again with this mapping", size="sm")
     status = gr.Markdown(elem_id="data-status")
     problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Problems and warnings", interactive=False,
-                            visible=False, wrap=True, elem_id="data-problems")
+                            visible=False, wrap=True, elem_id="data-problems",
+                            column_widths=["9%", "14%", "6%", "9%", "31%", "31%"])
     preview = gr.Dataframe(label="Preview (first 20 records, as the trainer will read them)", interactive=False,
                            wrap=True, max_height=360, elem_id="data-preview")
     with gr.Row():
@@ -259,7 +260,8 @@ def build(wb) -> DataTab:
             if keep_mapping or not choices:
                 return gr.update(choices=choices or None) if choices else gr.update()
             return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
-        return (view.status, gr.update(value=view.problems, visible=bool(view.problems)), view.preview,
+        return (view.status, gr.update(value=view.problems, visible=bool(view.problems)),
+                gr.update(value=view.preview, visible=bool(len(view.preview))),
                 plots.bar_chart_svg(view.labels, "label", "count", "Label distribution", x_title="label",
                                     empty="Upload a file to see its labels."),
                 plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",

@@ -216,7 +216,7 @@ def problems_rows(problems: Iterable[Any]) -> list[list[Any]]:
     return rows
 
 
-PROBLEM_HEADERS = ["Severity", "File", "Line", "Column / record", "Problem", "How to fix"]
+PROBLEM_HEADERS = ["Severity", "File", "Line", "Where", "Problem", "How to fix"]
 
 
 def problems_markdown(problems: Sequence[Any], limit: int = 20) -> str:
