@@ -232,3 +232,24 @@ def test_examples_come_from_validation_set(server, published):
     config = HTTP.get(f"{server.url}/play/{published['question-answering'].slug}/config").json()
     dumped = json.dumps(config)
     assert "Where is the Eiffel Tower?" in dumped and "Ada Lovelace wrote the first program" in dumped
+
+
+def test_real_workbench_server_keeps_playgrounds_outside_its_login(module_wb, published):
+    """With the real create_app and WORKBENCH_AUTH set: / asks for a login, /play/<slug>/ does not."""
+    import dataclasses
+
+    from workbench.context import Workbench
+    from workbench.server import create_app
+
+    guarded = Workbench(settings=dataclasses.replace(module_wb.settings, auth="admin:pw"), db=module_wb.db)
+    slug = published["text-classification"].slug
+    with ps.ServerThread(create_app(guarded, worker=False)) as running:
+        config = HTTP.get(f"{running.url}/config")
+        assert config.status_code in (401, 403) or "login" in config.text.lower()
+        page = HTTP.get(f"{running.url}/play/{slug}/")
+        assert page.status_code == 200
+        play_config = HTTP.get(f"{running.url}/play/{slug}/config").json()
+        assert play_config["root"].rstrip("/").endswith(f"/play/{slug}")
+        assert "Publish playground" not in json.dumps(play_config)
+        answer = HTTP.post(f"{running.url}/api/v1/predict/{slug}", json={"inputs": "good"})
+        assert answer.status_code == 200

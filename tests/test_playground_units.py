@@ -268,3 +268,12 @@ def test_attention_shapes_and_overview_panels(random_models):
 
     long_maps = attention_maps(predictor, "word " * 200, max_tokens=16)
     assert long_maps.weights.shape[-1] == 16
+
+
+def test_masked_lm_examples_are_made_from_plain_documents():
+    from workbench.playground.page import masked_example
+
+    assert masked_example("The committee approved the proposal. Then more text.") == \
+        "The [MASK] approved the proposal."
+    assert masked_example("already has a [MASK] here") == "already has a [MASK] here"
+    assert masked_example("a b c 1234") is None

@@ -7,6 +7,7 @@ passed the token gate in mount.py before it reaches these Blocks.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Optional
 
 import gradio as gr
@@ -15,7 +16,7 @@ from workbench.context import Workbench
 from workbench.errors import WorkbenchError
 from workbench.playground import service
 from workbench.playground.attention import plot_head, plot_layer, to_image
-from workbench.playground.predictors import MLM, PAIR, QA, TOKENS
+from workbench.playground.predictors import MASK_PLACEHOLDER, MLM, PAIR, QA, TOKENS
 from workbench.playground.runtime import Playgrounds
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,23 @@ def _output_widget(kind: str):
                         wrap=True)
 
 
-def _example_rows(examples: list[dict], fields: tuple[str, ...]) -> list[list[str]]:
-    return [[str(e.get(f, "")) for f in fields] for e in examples if all(e.get(f) for f in fields)]
+def masked_example(text: str, max_chars: int = 200) -> Optional[str]:
+    """A masked-LM example from a plain validation document: its first sentence with its longest word masked."""
+    if MASK_PLACEHOLDER in text:
+        return text
+    sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0][:max_chars]
+    words = list(re.finditer(r"[^\W\d_]{3,}", sentence))
+    if not words:
+        return None
+    word = max(words, key=lambda m: len(m.group()))
+    return sentence[:word.start()] + MASK_PLACEHOLDER + sentence[word.end():]
+
+
+def _example_rows(examples: list[dict], fields: tuple[str, ...], kind: str) -> list[list[str]]:
+    rows = [[str(e.get(f, "")) for f in fields] for e in examples if all(e.get(f) for f in fields)]
+    if kind == MLM:
+        rows = [[masked] for masked in (masked_example(r[0]) for r in rows) if masked]
+    return rows
 
 
 def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = None) -> gr.Blocks:
@@ -84,7 +100,7 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
     shape = runtime.shape(target)
     kind, fields = shape.kind, fields_of(shape.kind)
     card = service.get_card(wb, slug)
-    examples = _example_rows(service.validation_examples(wb, slug), fields)
+    examples = _example_rows(service.validation_examples(wb, slug), fields, kind)
 
     def predict(*values: str):
         item = dict(zip(fields, values))
