@@ -135,6 +135,34 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
     screenshot(page, "compare")
 
 
+def test_run_actions_clone_download_publish_delete(server, page):
+    page.goto(server.url)
+    open_tab(page, "Runs")
+    box = page.locator("#runs-selected input")
+    box.fill("2")
+    box.press("Enter")
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    # Clone and edit: the Train tab opens with the run's spec.
+    page.get_by_role("button", name="Clone and edit").click()
+    wait_text(page, "#train-spec", "0.0003")
+    wait_text(page, "#train-spec", "tiny-bert")
+    assert "faster lr (edited)" in page.locator("#train-spec").inner_text()
+    open_tab(page, "Runs")
+    page.get_by_role("button", name="Download model (.zip)").click()
+    page.get_by_text(re.compile(r"\.zip")).first.wait_for(timeout=60_000)
+    if page.get_by_role("button", name="Publish playground").count():
+        page.get_by_role("button", name="Publish playground").click()
+        wait_text(page, "#runs-action-status", "/play/", timeout=30_000)
+    page.get_by_role("button", name="Delete…").click()
+    page.get_by_role("button", name="Keep it").click()
+    page.get_by_role("button", name="Delete…").click()
+    page.get_by_role("button", name="Yes, delete it and its files").click()
+    wait_text(page, "#runs-action-status", "Run #2 deleted")
+    page.wait_for_function("() => !document.querySelector('#runs-table').innerText.includes('faster lr')",
+                           timeout=30_000)
+    assert "succeeded" in page.locator("#runs-table").inner_text()  # run 1 is untouched
+
+
 def test_auth_asks_for_a_login(tmp_path, browser):
     server = Server(tmp_path / "home", {"WORKBENCH_AUTH": "alice:wonderland"})
     try:

@@ -57,9 +57,11 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         data.use_dataset.click(use_dataset, [data.selected_dataset, data.task], [tabs, train.task, train.dataset])
 
         # Runs → Train, pre-filled with the run's spec (clone and edit).
-        runs.clone.click(lambda rid: (gr.Tabs(selected="train"), rid), [runs.run_id], [tabs, train.clone_of])
-        runs.clone_spec.change(lambda spec: train.fill(wb, spec) if spec else [gr.skip()] * len(train.fields),
-                               [runs.clone_spec], train.fields)
+        def clone_and_edit(rid):
+            spec = runs_tab.run_spec(wb, rid)
+            return (gr.Tabs(selected="train"), rid, *train.fill(wb, spec))
+
+        runs.clone.click(clone_and_edit, [runs.run_id], [tabs, train.clone_of, *train.fields])
 
         demo.load(lambda: data_tab.refresh(wb), None, [data.datasets])
         demo.load(train.on_load, train.fields, [train.dataset, train.spec_view, train.facts])

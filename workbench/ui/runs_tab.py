@@ -196,6 +196,16 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
 
 
+def run_spec(wb, run_id: int | None) -> dict[str, Any]:
+    """The spec of a run, for clone-and-edit (``gr.Error`` when no run is selected)."""
+    if run_id is None:
+        raise gr.Error("Pick a run first (click its row in the table).")
+    try:
+        return fmt.as_dict(runs_service.get_run(wb, int(run_id))).get("spec") or {}
+    except WorkbenchError as exc:
+        raise gr.Error(str(exc))
+
+
 def _playground_service():
     if importlib.util.find_spec("workbench.playground.service") is None:
         return None
@@ -209,7 +219,6 @@ class RunsTab:
     run_id: gr.Number
     table: gr.Dataframe
     clone: gr.Button
-    clone_spec: gr.JSON
     load_outputs: list
     on_load: Any
 
@@ -259,7 +268,6 @@ def build(wb) -> RunsTab:
             errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420)
         with gr.Tab("Spec"):
             spec = gr.Code(language="json", interactive=False)
-    clone_spec = gr.JSON(visible=False)
     shown_key = gr.State("")
     timer = gr.Timer(POLL_SECONDS)
 
@@ -332,10 +340,6 @@ def build(wb) -> RunsTab:
 
     download.click(on_download, [run_id], [zip_file])
 
-    def on_clone(rid):
-        return act(lambda r: fmt.as_dict(runs_service.get_run(wb, r)).get("spec") or {}, rid)
-
-    clone.click(on_clone, [run_id], [clone_spec])
     if playgrounds is not None:
         def on_publish(rid):
             info = fmt.as_dict(act(lambda r: playgrounds.publish(wb, r), rid))
@@ -348,7 +352,7 @@ def build(wb) -> RunsTab:
         rows, text = list_page(wb, status_, search_, sort_, page_)
         return (rows, text, *detail(rid, ""))
 
-    return RunsTab(run_id=run_id, table=table, clone=clone, clone_spec=clone_spec,
+    return RunsTab(run_id=run_id, table=table, clone=clone,
                    load_outputs=[table, caption, *detail_outputs, shown_key],
                    on_load=(on_load, [*table_inputs, run_id]))
 

@@ -219,9 +219,11 @@ def build(wb) -> TrainTab:
         except (WorkbenchError, TypeError, ValueError) as exc:
             return json.dumps({"error": str(exc)}, indent=2)
 
-    def on_task(task_):
+    def on_task(task_, current=None):
+        """The task's datasets; the chosen one stays when it fits the task (clone-and-edit sets both)."""
         choices = dataset_choices(wb, task_)
-        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+        ids = [value for _, value in choices]
+        return gr.update(choices=choices, value=current if current in ids else (ids[0] if ids else None))
 
     task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
 
@@ -241,8 +243,8 @@ def build(wb) -> TrainTab:
             raise gr.Error(str(exc))
         return f"✔ Run #{run_id} is on the queue.", run_id
 
-    task.change(on_task, [task], [dataset])
-    refresh.click(on_task, [task], [dataset])
+    task.change(on_task, [task, dataset], [dataset])
+    refresh.click(on_task, [task, dataset], [dataset])
     for field in fields:
         field.change(preview, fields, [spec_view])
     for field in (model, task, dataset, preset, lora_on, *advanced):
@@ -250,7 +252,7 @@ def build(wb) -> TrainTab:
     submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
 
     def on_load(*values):
-        dataset_update = on_task(values[0])
+        dataset_update = on_task(values[0], values[1])
         chosen = dataset_update.get("value")
         values = (values[0], chosen, *values[2:])
         return dataset_update, preview(*values), on_facts(*values)
