@@ -183,3 +183,10 @@ def test_validation_example_repeating_a_training_example_is_dropped(wb, tmp_path
     summary = service.import_dataset(wb, train, "text-classification", tokenizer=False, validation_path=valid)
     assert (summary.train, summary.validation) == (2, 1)
     assert any(w.startswith("valid.csv:3: warning: duplicate of line 3 of train.csv") for w in summary.warnings)
+
+
+def test_no_validation_part_gives_no_validation_file(wb):
+    summary = service.import_dataset(wb, D / "formats/pairs.csv", "text-classification", tokenizer=False,
+                                     validation_fraction=0)
+    train, validation = service.dataset_files(wb, summary.id)
+    assert validation is None and len(rows(train)) == summary.train == 4

@@ -262,11 +262,14 @@ def delete_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
     return summary
 
 
-def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path]:
-    """(train.jsonl, validation.jsonl) of a stored dataset, in the normalized format the trainer reads."""
+def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path | None]:
+    """(train.jsonl, validation.jsonl) of a stored dataset, in the normalized format the trainer reads.
+
+    The validation path is None when the dataset has no validation examples (fraction 0).
+    """
     summary = get_dataset(wb, id_or_name)
     folder = Path(summary.path)
     train, validation = folder / "train.jsonl", folder / "validation.jsonl"
     if not train.exists():
         raise NotFound(f"the files of dataset {summary.id} are missing from {folder}; import the file again")
-    return train, validation
+    return train, (validation if summary.validation else None)
