@@ -117,3 +117,12 @@ def test_subprocess_invalid_file_exit_code_and_clean_stderr(tmp_path):
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "cp1252.csv:1: error:" in proc.stderr
+
+
+def test_stderr_has_exactly_one_line_per_problem(cli):
+    code, _, err = cli("data", "import", str(D / "broken/squad_bad_start.json"), "--task", "question-answering")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "squad_bad_start.json (record q-bad-1), column 'answer_start': error: question q-bad-1: answer_start 40 "
+        "does not match the answer text 'Seine' (the context there reads ' the ') — the text occurs at "
+        "answer_start=45"]

@@ -33,9 +33,9 @@ def emit(payload: Any, as_json: bool, text: str | None = None) -> None:
 
 def report_error(exc: WorkbenchError) -> int:
     if isinstance(exc, DataValidationError):
+        # Exactly one line per problem: scripts count and parse these lines.
         for problem in exc.problems:
             typer.echo(str(problem), err=True)
-        typer.echo(f"{len(exc.problems)} problem(s); nothing was imported.", err=True)
     else:
         typer.echo(f"error: {exc}", err=True)
         hint = getattr(exc, "hint", "")
