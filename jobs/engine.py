@@ -155,6 +155,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         prepared.extra["perplexity_before"] = perplexity(float(trainer.evaluate()["eval_loss"]))
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    trainer.overhead_seconds = 0.0  # the perplexity measured above is not part of training
     started = time.perf_counter()
     try:
         result = trainer.train(resume_from_checkpoint=resume)
@@ -165,6 +166,12 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         bs = hp["batch_size"]
         raise TrainingError(f"CUDA out of memory at batch size {bs} — try {max(1, bs // 2)} or enable LoRA",
                             "lower the batch size or the max length, or enable LoRA") from None
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "can't allocate memory" not in str(exc):
+            raise
+        bs = hp["batch_size"]
+        raise TrainingError(f"out of memory at batch size {bs} — try {max(1, bs // 2)} or enable LoRA",
+                            "lower the batch size or the max length, or choose a smaller model") from None
     train_seconds = time.perf_counter() - started
     steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
     if resume or hp["max_steps"]:
