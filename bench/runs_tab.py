@@ -3,9 +3,10 @@
 Fills a temporary SQLite database with 1,000 runs (mixed states, final metrics, and
 curves of ``--points`` points each), then times the exact functions the tab calls:
 
-- page load: ``runs_tab.list_page`` (first page of the table) + ``run_view`` of a selected run;
-- timer tick: ``list_page`` + the detail check of the selected run, for a finished run
-  (nothing changed: the heavy outputs are skipped) and for a running run (all re-sent);
+- page load and timer tick: ``runs_tab.tick_values`` (the page load calls it with an empty key:
+  one table page, the selected run's details with its curves drawn as SVG);
+- a tick with a finished run selected (nothing changed: the details are skipped) and one with a
+  running run selected (its step moved: everything re-sent);
 - filtered/sorted table pages (status filter, search).
 
 Usage: python bench/runs_tab.py [--runs 1000] [--points 60] [--repeat 20]
@@ -91,19 +92,17 @@ def main() -> None:
         start = time.perf_counter()
         finished, running = fill(wb, args.runs, args.points)
         fill_s = time.perf_counter() - start
-        key_finished = runs_tab.run_view(wb, finished).key
+        defaults = ("all", "", "newest first", 1)
+        key_finished = runs_tab.tick_values(wb, *defaults, finished, "")[-1]
 
         def load():
-            runs_tab.list_page(wb)
-            runs_tab.run_view(wb, finished)
+            runs_tab.tick_values(wb, *defaults, finished, "")
 
-        def tick_unchanged():  # what the tick does when the selected run did not change
-            runs_tab.list_page(wb)
-            assert runs_tab.run_view(wb, finished, key_finished) is None
+        def tick_unchanged():  # the selected run did not change: its details are skipped
+            assert runs_tab.tick_values(wb, *defaults, finished, key_finished)[-1] == key_finished
 
-        def tick_running():
-            runs_tab.list_page(wb)
-            runs_tab.run_view(wb, running)
+        def tick_running():  # a running run moved a step since the last tick: everything is re-sent
+            runs_tab.tick_values(wb, *defaults, running, "")
 
         results = {
             "runs": args.runs, "points_per_run": args.points, "fill_seconds": round(fill_s, 1),

@@ -132,3 +132,8 @@ def test_svg_charts_draw_one_line_per_curve_and_bars_from_zero():
     assert len(heights) == 2 and heights[0] == 2 * heights[1]  # the axis starts at zero
     assert plots._ticks(0, 1.05) == [0, 0.5, 1.0]
     assert plots._ticks(0, 40) == [0, 10, 20, 30, 40]
+
+
+def test_curves_frame_keeps_the_last_value_logged_at_a_step():
+    frame = plots.curves_frame({"eval/accuracy": [(8, 0.5), (8, 0.7)]}, loss=False)
+    assert list(frame["value"]) == [0.7]

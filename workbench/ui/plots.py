@@ -139,7 +139,9 @@ def curves_frame(curves: Any, *, loss: bool) -> pd.DataFrame:
     """
     wanted = is_loss if loss else is_quality_metric
     rows = [{"step": s, "value": v, "curve": n} for n, s, v in curve_points(curves) if wanted(n) and v == v]
-    return _curve_frame(rows).sort_values(["curve", "step"], kind="stable").reset_index(drop=True)
+    # The final evaluation of the best checkpoint is logged at the last step again: keep the last value.
+    frame = _curve_frame(rows).drop_duplicates(["curve", "step"], keep="last")
+    return frame.sort_values(["curve", "step"], kind="stable").reset_index(drop=True)
 
 
 def overlaid_curves(curves_by_run: Mapping[str, Any], metric: str) -> pd.DataFrame:

@@ -196,6 +196,31 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
 
 
+DETAIL_OUTPUTS = 9  # header, loss, metric curves, log, final metrics, per class, confusion, errors, spec
+
+
+def detail_values(wb, rid: Any, last_key: str) -> tuple:
+    """Values for the details panel plus the new key; ``gr.skip()`` for all of them when nothing changed."""
+    if rid is None or rid == "":
+        return ("", *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
+    try:
+        view = run_view(wb, int(rid), last_key)
+    except WorkbenchError as exc:
+        return (f"<p class='wb-muted'>{fmt.html.escape(str(exc))}</p>", *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
+    if view is None:
+        return (*[gr.skip()] * DETAIL_OUTPUTS, last_key)
+    return (view.header, plots.line_chart_svg(view.loss, "Loss"),
+            plots.line_chart_svg(view.metrics_curves, "Evaluation metrics",
+                                 empty="Evaluation metrics appear after the first evaluation."),
+            view.log_tail, view.final_metrics, view.per_class, view.confusion, view.errors, view.spec, view.key)
+
+
+def tick_values(wb, status: str, search: str, sort: str, page: int, rid: Any, last_key: str) -> tuple:
+    """Everything one timer tick sends: the table page, its caption and the selected run's details."""
+    rows, caption = list_page(wb, status, search, sort, page)
+    return (rows, caption, *detail_values(wb, rid, last_key))
+
+
 def run_spec(wb, run_id: int | None) -> dict[str, Any]:
     """The spec of a run, for clone-and-edit (``gr.Error`` when no run is selected)."""
     if run_id is None:
@@ -274,23 +299,10 @@ def build(wb) -> RunsTab:
     detail_outputs = [header, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion, errors, spec]
 
     def detail(rid, last_key):
-        if rid is None or rid == "":
-            return ("", *[gr.skip()] * (len(detail_outputs) - 1), "")
-        try:
-            view = run_view(wb, int(rid), last_key)
-        except WorkbenchError as exc:
-            return (f"<p class='wb-muted'>{fmt.html.escape(str(exc))}</p>", *[gr.skip()] * (len(detail_outputs) - 1),
-                    "")
-        if view is None:
-            return (*[gr.skip()] * len(detail_outputs), last_key)
-        return (view.header, plots.line_chart_svg(view.loss, "Loss"),
-                plots.line_chart_svg(view.metrics_curves, "Evaluation metrics",
-                                     empty="Evaluation metrics appear after the first evaluation."), view.log_tail, view.final_metrics, view.per_class,
-                view.confusion, view.errors, view.spec, view.key)
+        return detail_values(wb, rid, last_key)
 
     def tick(status_, search_, sort_, page_, rid, last_key):
-        rows, text = list_page(wb, status_, search_, sort_, page_)
-        return (rows, text, *detail(rid, last_key))
+        return tick_values(wb, status_, search_, sort_, page_, rid, last_key)
 
     table_inputs = [status_filter, search, sort, page]
     tick_outputs = [table, caption, *detail_outputs, shown_key]
@@ -349,8 +361,7 @@ def build(wb) -> RunsTab:
         publish.click(on_publish, [run_id], [action_status])
 
     def on_load(status_, search_, sort_, page_, rid):
-        rows, text = list_page(wb, status_, search_, sort_, page_)
-        return (rows, text, *detail(rid, ""))
+        return tick_values(wb, status_, search_, sort_, page_, rid, "")
 
     return RunsTab(run_id=run_id, table=table, clone=clone,
                    load_outputs=[table, caption, *detail_outputs, shown_key],

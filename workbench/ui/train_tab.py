@@ -34,11 +34,14 @@ ADVANCED = (
     ("gradient_accumulation_steps", "Gradient accumulation steps", 1),
     ("warmup_ratio", "Warm-up share", 0.06),
     ("weight_decay", "Weight decay", 0.01),
+    ("eval_steps", "Evaluate every N steps (0 = automatic)", 0),
     ("early_stopping_patience", "Early-stopping patience (0 = automatic)", 0),
     ("seed", "Seed", 42),
 )
-AUTO_WHEN_ZERO = {"epochs", "learning_rate", "batch_size", "max_length", "max_steps", "early_stopping_patience"}
-INT_KEYS = {"batch_size", "max_length", "max_steps", "gradient_accumulation_steps", "early_stopping_patience", "seed"}
+AUTO_WHEN_ZERO = {"epochs", "learning_rate", "batch_size", "max_length", "max_steps", "eval_steps",
+                  "early_stopping_patience"}
+INT_KEYS = {"batch_size", "max_length", "max_steps", "eval_steps", "gradient_accumulation_steps",
+            "early_stopping_patience", "seed"}
 
 
 def spec_from_form(task: str, dataset_id: str | None, model: str, preset: str, name: str,
