@@ -6,7 +6,7 @@ Entry points: ``pipeline.prepare`` (read, validate and write normalized JSON Lin
 """
 from storage.datasets.columns import ColumnMapping
 from storage.datasets.formats import FORMATS_BY_TASK, TASKS
-from storage.datasets.pipeline import Prepared, ReadOptions, prepare
+from storage.datasets.pipeline import DatasetReport, ReadOptions, prepare
 from storage.datasets.store import DatasetStore
 
-__all__ = ["ColumnMapping", "DatasetStore", "FORMATS_BY_TASK", "Prepared", "ReadOptions", "TASKS", "prepare"]
+__all__ = ["ColumnMapping", "DatasetReport", "DatasetStore", "FORMATS_BY_TASK", "ReadOptions", "TASKS", "prepare"]

@@ -51,25 +51,35 @@ class ReadOptions:
 
 
 @dataclasses.dataclass
-class Prepared:
-    """The outcome of reading an upload: counts, statistics, warnings and where the JSON Lines are."""
+class DatasetReport:
+    """What reading an upload found: counts, labels, token lengths, warnings and a preview.
+
+    The normalized records are in ``train.jsonl`` and ``validation.jsonl`` of the output folder.
+    """
 
     task: str
     format: str
     files: list[str]
-    sha256: list[str]
     columns: dict[str, str]
     examples: int
     train: int
     validation: int
     labels: dict[str, int] | None
-    details: dict[str, Any]
     token_stats: dict[str, Any] | None
+    details: dict[str, Any]
     warnings: list[Problem]
     warning_counts: dict[str, int]
     preview: list[dict[str, Any]]
-    train_path: Path
-    validation_path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; ``labels`` only where the task has labels, warnings as one line each."""
+        out: dict[str, Any] = {"task": self.task, "format": self.format, "examples": self.examples}
+        if self.labels is not None:
+            out["labels"] = self.labels
+        out.update(warnings=[str(w) for w in self.warnings], warning_counts=self.warning_counts, files=self.files,
+                   columns=self.columns, train=self.train, validation=self.validation, token_stats=self.token_stats,
+                   details=self.details, preview=self.preview)
+        return out
 
 
 @dataclasses.dataclass
@@ -159,7 +169,7 @@ def _check_classes(task: str, classes: set[str], name: str, log_: ProblemLog) ->
 
 def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path: Path | None = None,
             max_bytes: int, tokenizer: Any = None, max_length: int = 128,
-            sample_size: int = SAMPLE_SIZE) -> Prepared:
+            sample_size: int = SAMPLE_SIZE) -> DatasetReport:
     """Validate ``path`` (and ``validation_path``) and write ``train.jsonl``/``validation.jsonl`` into ``out_dir``.
 
     Raises DataValidationError with every error found; ``tokenizer=False`` skips token statistics.
@@ -222,12 +232,11 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
         if unseen:
             problems.warning("unseen label", names[1], f"labels only in the validation file: {sorted(unseen)[:20]}",
                              hint="the model cannot predict labels it never saw in training")
-    return Prepared(
-        task=options.task, format=formats[0], files=names, sha256=[s.sha256 for s in sources],
-        columns=details.pop("columns", {}), examples=result["train"] + result["validation"],
-        train=result["train"], validation=result["validation"], labels=labels.label_counts(), details=details,
-        token_stats=token_stats, warnings=problems.warnings(), warning_counts=problems.warning_counts(), preview=result["preview"],
-        train_path=out_dir / "train.jsonl", validation_path=out_dir / "validation.jsonl")
+    return DatasetReport(
+        task=options.task, format=formats[0], files=names, columns=details.pop("columns", {}),
+        examples=result["train"] + result["validation"], train=result["train"], validation=result["validation"],
+        labels=labels.label_counts(), token_stats=token_stats, details=details, warnings=problems.warnings(),
+        warning_counts=problems.warning_counts(), preview=result["preview"])
 
 
 def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.ndarray, conflicting: np.ndarray,

@@ -16,13 +16,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from storage.datasets import ColumnMapping, DatasetStore, ReadOptions, prepare
+from storage.datasets import ColumnMapping, DatasetReport, DatasetStore, ReadOptions, prepare
 from storage.datasets.formats import check_task
-from storage.datasets.pipeline import Prepared
 from storage.datasets.store import content_address, dataset_id, file_sha256
 from storage.models import Dataset
 from workbench.context import Workbench
-from workbench.errors import ConfigError, NotFound, Problem
+from workbench.errors import ConfigError, NotFound
+
+__all__ = ["DatasetReport", "DatasetSummary", "EXAMPLES", "delete_dataset", "dataset_files", "example_path",
+           "get_dataset", "import_dataset", "inspect_file", "list_datasets", "validate_file"]
 
 log = logging.getLogger(__name__)
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -37,34 +39,6 @@ MORE_EXAMPLES: dict[str, list[str]] = {
     "text-classification": ["text-classification/trec_questions.csv"],
     "token-classification": ["token-classification/wnut16_ner_per_loc_org_misc.jsonl", "token-classification/brown_pos.conll"],
 }
-
-
-@dataclasses.dataclass
-class DatasetReport:
-    """What ``inspect_file`` found: counts, labels, token lengths, warnings and a preview."""
-
-    task: str
-    format: str
-    files: list[str]
-    columns: dict[str, str]
-    examples: int
-    train: int
-    validation: int
-    labels: dict[str, int] | None
-    token_stats: dict[str, Any] | None
-    details: dict[str, Any]
-    warnings: list[Problem]
-    warning_counts: dict[str, int]
-    preview: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"task": self.task, "format": self.format, "examples": self.examples}
-        if self.labels is not None:
-            out["labels"] = self.labels
-        out.update(warnings=[str(w) for w in self.warnings], warning_counts=self.warning_counts, files=self.files, columns=self.columns,
-                   train=self.train, validation=self.validation, token_stats=self.token_stats,
-                   details=self.details, preview=self.preview)
-        return out
 
 
 @dataclasses.dataclass
@@ -122,14 +96,6 @@ def _read_options(task: str, format: str | None, columns: ColumnMapping | None, 
                        validation_fraction=validation_fraction, seed=seed)
 
 
-def _report(prepared: Prepared) -> DatasetReport:
-    return DatasetReport(task=prepared.task, format=prepared.format, files=prepared.files, columns=prepared.columns,
-                         examples=prepared.examples, train=prepared.train, validation=prepared.validation,
-                         labels=prepared.labels, token_stats=prepared.token_stats, details=prepared.details,
-                         warnings=prepared.warnings, warning_counts=prepared.warning_counts,
-                         preview=prepared.preview)
-
-
 def inspect_file(path: str | Path, task: str, *, format: str | None = None, columns: ColumnMapping | None = None,
                  validation_path: str | Path | None = None, validation_fraction: float = 0.1, seed: int = 13,
                  tokenizer: Any = None, max_length: int = 128, max_bytes: int = 2048 * 10**6,
@@ -142,9 +108,8 @@ def inspect_file(path: str | Path, task: str, *, format: str | None = None, colu
     source = _existing_file(path)
     validation = _existing_file(validation_path, "validation file") if validation_path else None
     with tempfile.TemporaryDirectory(dir=scratch, prefix="inspect-") as tmp:
-        prepared = prepare(source, options, Path(tmp), validation_path=validation, max_bytes=max_bytes,
-                           tokenizer=tokenizer, max_length=max_length)
-    return _report(prepared)
+        return prepare(source, options, Path(tmp), validation_path=validation, max_bytes=max_bytes,
+                       tokenizer=tokenizer, max_length=max_length)
 
 
 def validate_file(wb: Workbench, path: str | Path, task: str, **kwargs: Any) -> DatasetReport:
@@ -177,8 +142,7 @@ def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | No
         prepared = prepare(source, options, staged, validation_path=validation,
                            max_bytes=wb.settings.max_upload_mb * 10**6, tokenizer=tokenizer, max_length=max_length)
         _keep_sources(staged, source, validation)
-        report = _report(prepared)
-        (staged / "meta.json").write_text(json.dumps({"options": options.to_dict(), **report.to_dict()},
+        (staged / "meta.json").write_text(json.dumps({"options": options.to_dict(), **prepared.to_dict()},
                                                      indent=1, ensure_ascii=False, default=str), encoding="utf-8")
         row = Dataset(id=id_, name=name or source.stem, task=options.task, format=prepared.format,
                       content_hash=content_hash, path=str(store.path(id_)), num_train=prepared.train,
