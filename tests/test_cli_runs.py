@@ -1,0 +1,123 @@
+"""The CLI contract scripts depend on: `workbench runs ...`, `workbench train`, `workbench worker` options."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs import queue
+from storage.models import CANCELLED, QUEUED, SUCCEEDED
+from tests.queue_support import fake_spec
+from tests.tiny_models import classification_records, tiny_bert, write_jsonl
+from workbench.cli import main
+from workbench.commands.worker import parse_gpus
+from workbench.errors import ConfigError
+from workbench.services import runs
+
+
+@pytest.fixture
+def cli(wb, monkeypatch, capsys):
+    monkeypatch.setenv("WORKBENCH_HOME", str(wb.settings.home))
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        captured = capsys.readouterr()
+        return exc.value.code, captured.out, captured.err
+
+    return invoke
+
+
+def test_runs_list_and_show_json(cli, wb):
+    assert cli("runs", "list", "--json")[:2] == (0, "[]\n")
+    run_id = runs.submit_run(wb, fake_spec(wb, name="demo"))
+    code, out, _ = cli("runs", "list", "--json")
+    assert code == 0 and [r["id"] for r in json.loads(out)] == [run_id]
+    code, out, _ = cli("runs", "list", "--status", "failed", "--json")
+    assert json.loads(out) == []
+    code, out, _ = cli("runs", "show", str(run_id), "--json")
+    record = json.loads(out)
+    assert code == 0 and {"id", "status", "progress", "metrics", "error"} <= set(record)
+    assert (record["id"], record["status"], record["progress"], record["metrics"], record["error"]) == \
+        (run_id, QUEUED, 0.0, {}, None)
+    code, out, _ = cli("runs", "show", str(run_id))
+    assert out.startswith(f"run {run_id}: queued (0.0%, step 0/0)")
+    code, out, _ = cli("runs", "list")
+    assert "fake:succeed" in out
+
+
+def test_runs_cancel_retry_and_errors(cli, wb):
+    run_id = runs.submit_run(wb, fake_spec(wb))
+    assert cli("runs", "cancel", str(run_id))[:2] == (0, f"run {run_id}: {CANCELLED}\n")
+    code, _, err = cli("runs", "cancel", str(run_id))
+    assert code == 4 and "it is cancelled" in err
+    assert cli("runs", "retry", str(run_id))[:2] == (0, f"run {run_id}: queued\n")
+    code, _, err = cli("runs", "show", "999", "--json")
+    assert code == 3 and err.startswith("error: run 999 does not exist")
+
+
+def test_runs_logs_and_follow(cli, wb):
+    run_id = runs.submit_run(wb, fake_spec(wb))
+    claimed = queue.claim(wb.db, "w")
+    log = Path(claimed.output_dir) / "process.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"line {i}\n" for i in range(300)))
+    code, out, _ = cli("runs", "logs", str(run_id), "--tail", "3")
+    assert out == "line 297\nline 298\nline 299\n"
+    queue.finish(wb.db, run_id, claimed.attempt, SUCCEEDED)
+    code, out, _ = cli("runs", "logs", str(run_id), "--tail", "1", "--follow")  # returns: the run has ended
+    assert code == 0 and out == "line 299\n"
+
+
+def test_train_enqueues_and_imports_data(cli, wb, tmp_path):
+    data = write_jsonl(tmp_path / "reviews.jsonl", classification_records(40))
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(data), "--epochs", "2",
+                         "--lr", "3e-5", "--lora")
+    assert code == 0, err
+    run = runs.get_run(wb, int(out.strip()))
+    assert run["status"] == QUEUED and run["dataset"] == "reviews"
+    assert run["spec"]["train"]["epochs"] == 2 and run["spec"]["train"]["learning_rate"] == 3e-5
+    assert run["spec"]["lora"]["enabled"] is True and run["spec"]["data"]["dataset_id"]
+    # the same data again, as a dataset id, through --json
+    code, out, _ = cli("train", "--task", "text-classification", "--data", run["spec"]["data"]["dataset_id"], "--json")
+    assert json.loads(out)["status"] == QUEUED
+
+
+def test_train_config_file_with_flags_over_it(cli, wb, tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", classification_records(40))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"task: text-classification\nmodel: bert-base-uncased\n"
+                      f"data: {{train_path: {data}}}\ntrain: {{epochs: 5, batch_size: 8}}\n")
+    code, out, err = cli("train", "--config", str(config), "--batch-size", "4")
+    assert code == 0, err
+    spec = runs.get_run(wb, int(out))["spec"]
+    assert spec["model"] == "bert-base-uncased" and spec["train"]["epochs"] == 5 and spec["train"]["batch_size"] == 4
+    config.write_text("task: text-classification\ndata: {train_path: x}\ntrain: {epoch: 5}\n")
+    code, _, err = cli("train", "--config", str(config))
+    assert code == 2 and "unknown key(s) epoch in section 'train'" in err
+    code, _, err = cli("train", "--data", str(data))
+    assert code == 2 and "--task" in err
+
+
+def test_parse_gpus():
+    assert parse_gpus(None) is None
+    assert parse_gpus("none") == [] and parse_gpus("") == []
+    assert parse_gpus("0,2") == [0, 2]
+    with pytest.raises(ConfigError):
+        parse_gpus("first")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_train_wait_without_a_worker_trains_in_process(cli, wb, tmp_path):
+    model = tiny_bert(tmp_path / "tiny-bert")
+    data = write_jsonl(tmp_path / "train.jsonl", classification_records(32))
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(data), "--model", str(model),
+                         "--epochs", "1", "--batch-size", "8", "--max-length", "16", "--wait", "--json")
+    assert code == 0, err
+    assert "training run" in err and "in this process" in err
+    final = json.loads(out)
+    assert final["status"] == SUCCEEDED and final["error"] is None
+    assert "accuracy" in final["metrics"] and final["metrics"]["steps"] >= 1
+    assert Path(final["output_dir"], "model", "config.json").is_file()
