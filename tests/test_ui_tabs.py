@@ -77,3 +77,20 @@ def test_train_form_round_trips_through_the_spec():
     again = train_tab.spec_from_form(form["task"], form["dataset_id"], form["model"], form["preset"], form["name"],
                                      form["advanced"], form["class_weights"], form["objective"], form["lora"])
     assert again.to_dict() == spec.to_dict()
+
+
+def test_data_check_reports_problems_with_lines_and_honours_a_column_mapping(wb, tmp_path):
+    from tests.conftest import DATA_DIR
+    from workbench.ui import data_tab
+
+    broken = data_tab.check_file(wb, str(DATA_DIR / "ui" / "broken.csv"), "text-classification")
+    assert not broken.ok and "broken.csv, line 4" in broken.status
+    assert broken.problems[0][:3] == ["error", "broken.csv", 4]
+
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text("body,verdict,note\n" + "".join(
+        f"message number {i},{'spam' if i % 3 == 0 else 'ham'},x\n" for i in range(12)), encoding="utf-8")
+    view = data_tab.check_file(wb, str(renamed), "text-classification", text="body", label="verdict")
+    assert view.ok, view.status
+    assert view.mapping["text"] == "body" and view.mapping["label"] == "verdict"
+    assert dict(zip(view.labels["label"], view.labels["count"])) == {"ham": 8, "spam": 4}
