@@ -29,7 +29,7 @@ def cli(home, *args, timeout=120):
                           env=env, timeout=timeout, check=False)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     return ps.train_tiny("text-classification", tmp_path_factory.mktemp("cli-model") / "cls")
 

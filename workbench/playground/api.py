@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from workbench.errors import ConfigError, ModelUnavailable, NotFound, WorkbenchError
+from workbench.playground import service
 from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import API_PREFIX, AccessDenied
 
@@ -34,13 +35,9 @@ def error_response(exc: WorkbenchError) -> JSONResponse:
     return JSONResponse({"error": str(exc), "status": status}, status_code=status, headers=headers)
 
 
-def bearer_token(request: Request) -> Optional[str]:
+def request_token(request: Request) -> Optional[str]:
     """The token from ``Authorization: Bearer <token>``, else from ``?token=``."""
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return request.query_params.get("token") or None
+    return service.bearer_token(request.headers.get("authorization", "")) or request.query_params.get("token") or None
 
 
 def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRouter:
@@ -54,13 +51,13 @@ def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRo
         try:
             try:
                 # Auth before parsing: a caller without the token learns nothing about the inputs.
-                await run_in_threadpool(runtime.target, slug, bearer_token(request))
+                await run_in_threadpool(runtime.target, slug, request_token(request))
                 payload = json.loads(body or b"null")
             except ValueError as exc:
                 raise ConfigError(f"the request body is not valid JSON: {exc}") from None
             if not isinstance(payload, dict) or "inputs" not in payload:
                 raise ConfigError('the request body must be a JSON object like {"inputs": ...}')
-            result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], bearer_token(request))
+            result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], request_token(request))
         except WorkbenchError as exc:
             return error_response(exc)
         return JSONResponse(result)

@@ -29,7 +29,7 @@ from workbench.context import Workbench
 from workbench.errors import NotFound, WorkbenchError
 from workbench.playground.api import build_router, error_status
 from workbench.playground.runtime import Playgrounds
-from workbench.playground.service import PLAY_PREFIX, AccessDenied, get_target
+from workbench.playground.service import PLAY_PREFIX, AccessDenied, bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def _request_token(scope: dict) -> tuple[Optional[str], bool]:
     if query.get("token"):
         return query["token"][0], True
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-    scheme, _, value = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip(), False
+    bearer = bearer_token(headers.get("authorization", ""))
+    if bearer:
+        return bearer, False
     for part in headers.get("cookie", "").split(";"):
         name, _, value = part.strip().partition("=")
         if name == COOKIE and value:

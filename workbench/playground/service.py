@@ -154,6 +154,12 @@ def get_target(wb: Workbench, slug: str) -> Target:
                       output_dir=Path(run.output_dir), token_hash=pg.token_hash)
 
 
+def bearer_token(authorization: str) -> Optional[str]:
+    """The token of an ``Authorization: Bearer <token>`` header value, else None."""
+    scheme, _, value = (authorization or "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
 def check_token(target: Target, token: Optional[str]) -> None:
     """Raise AccessDenied unless ``token`` opens ``target`` (always passes for public playgrounds)."""
     if target.token_hash is None:
