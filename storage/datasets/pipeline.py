@@ -26,7 +26,7 @@ from storage.datasets.records import Record
 from storage.datasets.source import SourceInfo, open_text, read_head, scan
 from storage.datasets.split import validation_mask
 from storage.datasets.stats import SAMPLE_SIZE, LabelStats, Reservoir, length_summary, load_tokenizer, token_lengths
-from workbench.errors import DataValidationError, Problem
+from workbench.errors import ConfigError, DataValidationError, Problem
 
 log = logging.getLogger(__name__)
 PREVIEW_ROWS = 20
@@ -158,6 +158,26 @@ def _duplicates(digests: np.ndarray) -> np.ndarray:
     return first
 
 
+def _plan(state: _Pass1, options: ReadOptions, boundary: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first copy of each duplicate or -1, duplicates with another label, validation mask).
+
+    ``boundary`` is where the separate validation file starts; None means split the one file.
+    """
+    keys = np.frombuffer(state.keys, dtype=np.int64) if len(state.keys) else np.zeros(0, dtype=np.int64)
+    digests = np.frombuffer(state.digests, dtype=np.int64) if len(state.digests) else np.zeros(0, dtype=np.int64)
+    first = _duplicates(digests)
+    # Same text, other label: still dropped (the first copy wins) but said differently, since it is a labelling slip.
+    conflicting = (first >= 0) & (keys != keys[np.maximum(first, 0)]) if options.task == "text-classification" \
+        else np.zeros(len(first), dtype=bool)
+    if boundary is not None:
+        return first, conflicting, np.arange(len(keys)) >= boundary
+    keep = first < 0
+    in_validation = np.zeros(len(keys), dtype=bool)
+    in_validation[keep] = validation_mask(keys[keep], options.validation_fraction, options.seed,
+                                          SPLIT_MODE[options.task])
+    return first, conflicting, in_validation
+
+
 def _check_classes(task: str, classes: set[str], name: str, log_: ProblemLog) -> None:
     if task in ("text-classification", "token-classification") and len(classes) < 2:
         what = "label" if task == "text-classification" else "tag"
@@ -176,7 +196,6 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     """
     check_task(options.task)
     if not 0 <= options.validation_fraction < 1:
-        from workbench.errors import ConfigError
         raise ConfigError(f"validation fraction must be at least 0 and below 1, got {options.validation_fraction}")
     problems = ProblemLog()
     sources = [scan(p, problems, max_bytes=max_bytes) for p in [path] + ([validation_path] if validation_path else [])]
@@ -187,31 +206,17 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     details: dict[str, Any] = {"encoding": sources[0].encoding}
     state = _Pass1()
     all_path = out_dir / "all.jsonl"
-    boundary = 0
     with all_path.open("w", encoding="utf-8") as out:
-        for i, (source, fmt) in enumerate(zip(sources, formats)):
-            count = _first_pass(source, options, fmt, problems, out, state, details)
-            if i == 0:
-                boundary = count
+        counts = [_first_pass(source, options, fmt, problems, out, state, details)
+                  for source, fmt in zip(sources, formats)]
+    boundary = counts[0]
     if state.classes or not problems.has_errors:
         _check_classes(options.task, state.classes, path.name, problems)
     if problems.has_errors:
         all_path.unlink(missing_ok=True)
         raise DataValidationError(problems.errors())
-    keys = np.frombuffer(state.keys, dtype=np.int64) if len(state.keys) else np.zeros(0, dtype=np.int64)
-    digests = np.frombuffer(state.digests, dtype=np.int64) if len(state.digests) else np.zeros(0, dtype=np.int64)
-    first = _duplicates(digests)
+    first, conflicting, in_validation = _plan(state, options, boundary if validation_path else None)
     details["duplicates_dropped"] = int((first >= 0).sum())
-    # Same text, other label: still dropped (the first copy wins) but said differently, since it is a labelling slip.
-    conflicting = (first >= 0) & (keys != keys[np.maximum(first, 0)]) if options.task == "text-classification" \
-        else np.zeros(len(first), dtype=bool)
-    if validation_path is None:
-        keep = first < 0
-        in_validation = np.zeros(len(keys), dtype=bool)
-        in_validation[keep] = validation_mask(keys[keep], options.validation_fraction, options.seed,
-                                              SPLIT_MODE[options.task])
-    else:
-        in_validation = np.arange(len(keys)) >= boundary
     names = [s.path.name for s in sources]
     result = _second_pass(all_path, out_dir, options, first, conflicting, in_validation, boundary, names,
                           state.lines, problems, sample_size)
