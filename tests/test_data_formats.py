@@ -187,3 +187,16 @@ def test_very_large_squad_json_is_refused_with_a_pointer_to_jsonl(monkeypatch):
     with pytest.raises(DataValidationError, match="read whole into memory") as info:
         check(D / "real/squad_v1.json", "question-answering")
     assert "JSON Lines" in info.value.problems[0].hint
+
+
+def test_token_statistics_on_a_seeded_sample_say_so(tmp_path):
+    from storage.datasets import ReadOptions, prepare
+
+    def run(out):
+        out.mkdir()
+        return prepare(D / "real/trec.csv", ReadOptions("text-classification"), out, max_bytes=10**7, sample_size=10)
+
+    a, b = run(tmp_path / "a"), run(tmp_path / "b")
+    assert a.token_stats["sampled"] is True and a.token_stats["count"] == 10
+    assert a.token_stats["population"] == a.examples
+    assert a.token_stats == b.token_stats  # the sample is seeded
