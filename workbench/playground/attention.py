@@ -37,8 +37,7 @@ def attention_maps(predictor: Predictor, text: str, text_pair: Optional[str] = N
     For pair and QA models the second text goes in as the second segment, as in training.
     """
     text = predictor.model_text(text)
-    with predictor._tok_lock:
-        enc = predictor.tokenizer(text, text_pair, truncation=True, max_length=max_tokens, return_tensors="pt")
+    enc = predictor.encode(text, text_pair, max_length=max_tokens)
     out = predictor.forward(enc, output_attentions=True)
     if not out.attentions:
         raise RuntimeError("the model returned no attentions; it must be loaded with attn_implementation='eager'")

@@ -232,11 +232,12 @@ class Predictor:
     def label(self, index: int) -> str:
         return self.id2label.get(index, f"LABEL_{index}")
 
-    def encode(self, *texts: Any, **kwargs: Any):
+    def encode(self, *texts: Any, max_length: Optional[int] = None, **kwargs: Any):
+        """Tokenize (padded, truncated to the model's limit or ``max_length``) under the tokenizer lock."""
+        kwargs.setdefault("truncation", True)
         with self._tok_lock:
-            enc = self.tokenizer(*texts, truncation=kwargs.pop("truncation", True), max_length=self.max_length,
-                                 padding=True, return_tensors="pt", **kwargs)
-        return enc
+            return self.tokenizer(*texts, max_length=min(max_length or self.max_length, self.max_length),
+                                  padding=True, return_tensors="pt", **kwargs)
 
     def forward(self, enc, **kwargs: Any):
         model_inputs = {k: v.to(self.device) for k, v in enc.items()
