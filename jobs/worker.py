@@ -32,7 +32,7 @@ from workbench.context import Workbench
 log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.5
-IDLE_BACKOFF_MAX_S = 5.0
+IDLE_BACKOFF_MAX_S = 2.0
 
 
 @dataclasses.dataclass
