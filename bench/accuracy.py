@@ -76,7 +76,6 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     RESULTS.mkdir(parents=True, exist_ok=True)
     result_file = RESULTS / "accuracy.json"
-    results = json.loads(result_file.read_text()) if result_file.is_file() else {}
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp:
         work = Path(tmp)
         chosen = experiments(args.data, work)
@@ -86,6 +85,8 @@ def main() -> None:
             metrics = run_one(name, task, make_files(), overrides, lora, work / "runs")
             metrics.update(metric=metric, target=target,
                            passed=None if target is None else metrics[metric] >= target)
+            # re-read before writing: experiments may run in separate processes at the same time
+            results = json.loads(result_file.read_text()) if result_file.is_file() else {}
             results[name] = metrics
             result_file.write_text(json.dumps(results, indent=2, default=str))
             log.info("%s: %s=%.4f (target %s) trainable=%s rss=%sMB samples/s=%s", name, metric, metrics[metric],
