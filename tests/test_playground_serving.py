@@ -253,3 +253,15 @@ def test_real_workbench_server_keeps_playgrounds_outside_its_login(module_wb, pu
         assert "Publish playground" not in json.dumps(play_config)
         answer = HTTP.post(f"{running.url}/api/v1/predict/{slug}", json={"inputs": "good"})
         assert answer.status_code == 200
+
+
+def test_concurrent_requests_are_all_served_consistently(server, published):
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"{server.url}/api/v1/predict/{published['question-answering'].slug}"
+    payload = {"inputs": INPUTS["question-answering"]}
+    expected = HTTP.post(url, json=payload).json()["predictions"]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: HTTP.post(url, json=payload), range(16)))
+    assert [a.status_code for a in answers] == [200] * 16
+    assert all(a.json()["predictions"] == expected for a in answers)
