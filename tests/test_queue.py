@@ -25,6 +25,30 @@ def _submit(wb, n, **kw):
     return [queue.submit(wb.db, fake_spec(wb, **kw), wb.settings.runs_dir) for _ in range(n)]
 
 
+def _all_at_once(settings, target, n_threads: int) -> list[BaseException]:
+    """Run ``target(wb, n)`` in ``n_threads`` threads, each with its own connections, released together
+    by a barrier; returns the exceptions they raised."""
+    barrier = threading.Barrier(n_threads, timeout=60)
+    errors: list[BaseException] = []
+
+    def body(n):
+        wb = second_workbench(settings)
+        try:
+            barrier.wait()
+            target(wb, n)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+        finally:
+            wb.close()
+
+    threads = [threading.Thread(target=body, args=(n,)) for n in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
 def test_submit_sets_queued_and_output_dir(qwb):
     [run_id] = _submit(qwb, 1, name="first")
     run = _status(qwb, run_id)
@@ -54,24 +78,14 @@ def test_concurrent_claims_never_share_a_run(qwb):
     """Four claimers on their own connections race over 120 runs: every run is claimed exactly once."""
     ids = _submit(qwb, 120)
     claimed: list[int] = []
-    barrier = threading.Barrier(4, timeout=60)
     lock = threading.Lock()
 
-    def claimer(n):
-        wb = second_workbench(qwb.settings)
-        barrier.wait()
-        try:
-            while (c := queue.claim(wb.db, f"w{n}")) is not None:
-                with lock:
-                    claimed.append(c.id)
-        finally:
-            wb.close()
+    def claimer(wb, n):
+        while (c := queue.claim(wb.db, f"w{n}")) is not None:
+            with lock:
+                claimed.append(c.id)
 
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    assert _all_at_once(qwb.settings, claimer, 4) == []
     assert sorted(claimed) == sorted(ids)
 
 
@@ -162,26 +176,11 @@ def test_live_workers_counts_recent_heartbeats(qwb):
 
 def test_200_submissions_from_8_threads(qwb):
     """Acceptance 5: none lost, none duplicated."""
-    barrier = threading.Barrier(8, timeout=60)
-    errors: list[BaseException] = []
+    def submitter(wb, n):
+        for i in range(25):
+            queue.submit(wb.db, fake_spec(wb, name=f"t{n}-{i}"), wb.settings.runs_dir)
 
-    def submitter(n):
-        wb = second_workbench(qwb.settings)
-        try:
-            barrier.wait()
-            for i in range(25):
-                queue.submit(wb.db, fake_spec(wb, name=f"t{n}-{i}"), wb.settings.runs_dir)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
-        finally:
-            wb.close()
-
-    threads = [threading.Thread(target=submitter, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
+    assert _all_at_once(qwb.settings, submitter, 8) == []
     with qwb.db.session() as session:
         rows = session.execute(select(Run.id, Run.name, Run.output_dir)).all()
     names = Counter(r.name for r in rows)
