@@ -277,3 +277,11 @@ def test_masked_lm_examples_are_made_from_plain_documents():
         "The [MASK] approved the proposal."
     assert masked_example("already has a [MASK] here") == "already has a [MASK] here"
     assert masked_example("a b c 1234") is None
+
+
+def test_short_token_is_refused(wb, random_models):
+    from workbench.errors import ConfigError
+
+    run_id = ps.add_run(wb, "text-classification", random_models["cls"])
+    with pytest.raises(ConfigError, match="at least 8"):
+        service.publish(wb, run_id, token="short")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import Callable, Generic, Hashable, Protocol, TypeVar
@@ -104,3 +105,11 @@ class ModelCache(Generic[T]):
                 key, _ = self._items.popitem(last=False)
                 self.evictions += 1
                 log.info("evicted %s from the playground cache", key)
+        _release_gpu_cache()
+
+
+def _release_gpu_cache() -> None:
+    """Hand memory of evicted models back to the GPU (on CPU there is nothing to do)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()

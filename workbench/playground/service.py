@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from storage.models import SUCCEEDED, Dataset, Playground, Run
 from workbench.context import Workbench
-from workbench.errors import InvalidState, NotFound, WorkbenchError
+from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def publish(wb: Workbench, run_id: int, token: Optional[str] = None) -> Playgrou
     given to one person can be revoked without breaking another's.
     """
     if token is not None and len(token.strip()) < 8:
-        raise InvalidState("an access token must have at least 8 characters")
+        raise ConfigError("an access token must have at least 8 characters")
     with wb.db.session() as session:
         run = session.get(Run, run_id)
         if run is None:
