@@ -9,7 +9,11 @@ curves of ``--points`` points each), then times the exact functions the tab call
   running run selected (its step moved: everything re-sent);
 - filtered/sorted table pages (status filter, search).
 
-Usage: python bench/runs_tab.py [--runs 1000] [--points 60] [--repeat 20]
+With ``--browser`` it also serves that database (``workbench serve --no-worker``) and times, in
+Debian's Chromium, opening the Runs tab until the first page of runs is shown, and selecting a
+run until its curves are drawn.
+
+Usage: python bench/runs_tab.py [--runs 1000] [--points 60] [--repeat 20] [--browser]
 """
 from __future__ import annotations
 
@@ -75,6 +79,64 @@ def timed(fn, repeat: int) -> dict:
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1000)
+    return summary(samples)
+
+
+def browser_timings(home: str, repeat: int) -> dict:
+    """Open the Runs tab and a run's details in Chromium against ``workbench serve`` on ``home``."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "WORKBENCH_HOME": home, "WORKBENCH_PORT": str(port), "HF_HUB_OFFLINE": "1"}
+    server = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve",
+                               "--no-worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(url + "healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        chromium = os.environ.get("WORKBENCH_TEST_CHROMIUM") or "/usr/bin/chromium"
+        args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"]
+        tab_ms, detail_ms = [], []
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=args)
+            for _ in range(repeat):
+                page = browser.new_page()
+                page.goto(url)
+                page.get_by_role("tab", name="Runs").wait_for()
+                start = time.perf_counter()
+                page.get_by_role("tab", name="Runs").click()
+                page.wait_for_function("() => { const t = document.querySelector('#runs-table');"
+                                       " return t && t.innerText.includes('run 999'); }", timeout=60_000)
+                tab_ms.append((time.perf_counter() - start) * 1000)
+                box = page.locator("#runs-selected input")
+                start = time.perf_counter()
+                box.fill("1")
+                box.press("Enter")
+                page.wait_for_selector("#run-loss polyline", state="attached", timeout=60_000)
+                detail_ms.append((time.perf_counter() - start) * 1000)
+                page.close()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return {"browser: Runs tab click → first page shown": summary(tab_ms),
+            "browser: run selected → curves drawn": summary(detail_ms)}
+
+
+def summary(samples: list[float]) -> dict:
     return {"median_ms": round(statistics.median(samples), 1), "max_ms": round(max(samples), 1)}
 
 
@@ -83,6 +145,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--points", type=int, default=60, help="training-loss points per run")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--browser", action="store_true", help="also time the tab in Chromium")
     args = parser.parse_args()
 
     from workbench.ui import runs_tab
@@ -117,6 +180,8 @@ def main() -> None:
                                                       args.repeat),
         }
         wb.close()
+        if args.browser:
+            results.update(browser_timings(home, max(3, args.repeat // 4)))
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

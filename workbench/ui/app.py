@@ -37,7 +37,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
                 data = data_tab.build(wb)
             with gr.Tab("Train", id="train", elem_id="tab-train"):
                 train = train_tab.build(wb)
-            with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab_item:
                 runs = runs_tab.build(wb)
             with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
                 compare = compare_tab.build(wb)
@@ -67,5 +67,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         demo.load(train.on_load, train.fields, [train.dataset, train.spec_view, train.facts])
         load_fn, load_inputs = runs.on_load
         demo.load(load_fn, load_inputs, runs.load_outputs)
+        # Opening the tab shows fresh rows at once instead of at the next tick.
+        runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
         demo.load(compare["on_load"], None, [compare["picker"]])
     return demo
