@@ -38,8 +38,8 @@ def test_run_view_reads_curves_tables_errors_and_skips_when_unchanged(wb, tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / "tables.json").write_text(json.dumps({
-        "per_class": {"ham": {"precision": 0.9, "recall": 1.0, "f1": 0.95, "support": 9},
-                      "spam": {"precision": 1.0, "recall": 0.5, "f1": 0.67, "support": 2}},
+        "per_class": [{"label": "ham", "precision": 0.9, "recall": 1.0, "f1": 0.95, "support": 9},
+                      {"label": "spam", "precision": 1.0, "recall": 0.5, "f1": 0.67, "support": 2}],
         "confusion_matrix": {"labels": ["ham", "spam"], "matrix": [[9, 0], [1, 1]]}}))
     (out / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in [
         {"text": "win a prize", "gold": "spam", "predicted": "ham", "correct": False, "score": 0.6},
@@ -94,3 +94,15 @@ def test_data_check_reports_problems_with_lines_and_honours_a_column_mapping(wb,
     assert view.ok, view.status
     assert view.mapping["text"] == "body" and view.mapping["label"] == "verdict"
     assert dict(zip(view.labels["label"], view.labels["count"])) == {"ham": 8, "spam": 4}
+
+
+def test_error_rows_for_tagging_list_only_the_wrong_words():
+    rows = runs_tab.error_rows([
+        {"tokens": ["Paris", "is", "nice"], "gold": ["B-LOC", "O", "O"], "predicted": ["O", "O", "O"],
+         "correct": False, "score": [0.4, 0.9, 0.9]},
+        {"question": "Where?", "context": "In Paris.", "gold": ["Paris"], "predicted": "In", "correct": False,
+         "score": 0.3}])
+    assert rows[0] == ["Paris is nice", "Paris: B-LOC", "Paris: O", "—"]
+    assert rows[1] == ["Where? ‖ In Paris.", '["Paris"]', "In", "0.3000"]
+    assert runs_tab.per_class_rows({"per_entity": [{"entity": "LOC", "precision": 1, "recall": 0.5, "f1": 0.667,
+                                                    "support": 2}]})[0][0] == "LOC"

@@ -107,8 +107,8 @@ def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
 def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
     """Per-class (classification) or per-entity (NER) scores from a run's tables."""
     per = tables.get("per_class") or tables.get("per_entity") or tables.get("per_label") or {}
-    if isinstance(per, list):
-        per = {str(item.get("label") or item.get("name")): item for item in per}
+    if isinstance(per, list):  # the engine writes [{"label" | "entity", "precision", ...}, ...]
+        per = {str(item.get("label") or item.get("entity") or item.get("name")): item for item in per}
     rows = []
     for label, scores in per.items():
         s = fmt.as_dict(scores)
@@ -125,17 +125,34 @@ def confusion_parts(tables: dict[str, Any]) -> tuple[list[str], list[list[float]
 
 
 def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list[Any]]:
-    """Validation examples the model got wrong: input, gold, predicted, score."""
+    """Validation examples the model got wrong: input, gold, predicted, score.
+
+    For token tagging only the words whose tag is wrong are listed (``word: tag``), so a
+    long sentence with one mistake reads as that one mistake.
+    """
     rows = []
     for p in predictions:
         if p.get("correct", True):
             continue
-        text = p.get("text") or p.get("question") or " ".join(p.get("tokens") or [])
-        if p.get("text_pair"):
-            text = f"{text} ‖ {p['text_pair']}"
-        rows.append([fmt.short_value(text, 300), fmt.short_value(p.get("gold"), 200),
-                     fmt.short_value(p.get("predicted", p.get("prediction")), 200),
-                     fmt.format_metric(p.get("score"))])
+        gold, predicted, score = p.get("gold"), p.get("predicted", p.get("prediction")), p.get("score")
+        if p.get("tokens") is not None and isinstance(gold, list) and isinstance(predicted, list):
+            words = p["tokens"]
+            wrong = [i for i, (g, q) in enumerate(zip(gold, predicted)) if g != q]
+            text = " ".join(words)
+            gold = ", ".join(f"{words[i]}: {gold[i]}" for i in wrong)
+            predicted = ", ".join(f"{words[i]}: {predicted[i]}" for i in wrong)
+            score = None
+        elif p.get("question"):
+            text = f"{p['question']} ‖ {p.get('context', '')}"
+        else:
+            text = p.get("text") or ""
+            if p.get("text_pair"):
+                text = f"{text} ‖ {p['text_pair']}"
+        if isinstance(score, dict):  # multi-label: the probability of each label
+            score = max(score.values()) if score else None
+        rows.append([fmt.short_value(text, 300), gold if isinstance(gold, str) else fmt.short_value(gold, 200),
+                     predicted if isinstance(predicted, str) else fmt.short_value(predicted, 200),
+                     fmt.format_metric(score) if isinstance(score, (int, float)) else fmt.MISSING])
         if len(rows) >= limit:
             break
     return rows
