@@ -1,19 +1,21 @@
 """Fixtures and helpers shared by the queue, worker and runs tests.
 
-``qwb`` is a workbench on SQLite or on a real PostgreSQL (fresh schema per test),
+``qwb`` is a workbench on SQLite or on a real PostgreSQL (a fresh database per test),
 so each queue test runs against both. Import the fixtures into a test module with
 ``from tests.queue_support import qwb, ...  # noqa: F401``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from jobs.spec import DataSpec, RunSpec
 from storage.db import Database
@@ -23,25 +25,36 @@ from workbench.settings import Settings
 FAST = {"heartbeat_seconds": 0.2, "lease_seconds": 3.0, "cancel_timeout_seconds": 10.0}
 
 
-def reset_pg_schema(url: str) -> None:
-    """Each PostgreSQL test starts from an empty schema; the workbench migrates it again."""
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    engine.dispose()
+@contextlib.contextmanager
+def fresh_pg_database(url: str) -> Iterator[str]:
+    """A new, empty database on the test server for one test, dropped afterwards. Isolated from
+    any other test (or other suite) using the server at the same time, unlike a reset schema."""
+    base = make_url(url)
+    name = f"wb_queue_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            # template0 accepts no connections, so a session open on template1 cannot block the copy.
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE template0'))
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
-def backend_url(backend: str, tmp_path: Path) -> str:
+@contextlib.contextmanager
+def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'home' / 'workbench.db'}"
+        yield f"sqlite:///{tmp_path / 'home' / 'workbench.db'}"
+        return
     url = os.environ.get("WORKBENCH_TEST_PG_URL")
     if not url:
         from tests.conftest import require_service
 
         require_service("no PostgreSQL server (WORKBENCH_TEST_PG_URL unset); run `make test` as root to start one")
-    reset_pg_schema(url)
-    return url
+    with fresh_pg_database(url) as fresh:
+        yield fresh
 
 
 def make_settings(tmp_path: Path, url: str, **overrides) -> Settings:
@@ -53,10 +66,10 @@ def qwb(request, tmp_path, monkeypatch):
     for key in list(os.environ):
         if key.startswith("WORKBENCH_") and not key.startswith("WORKBENCH_TEST_") and key != "WORKBENCH_REQUIRE_SERVICES":
             monkeypatch.delenv(key)
-    url = backend_url(request.param, tmp_path)
-    workbench = open_workbench(make_settings(tmp_path, url))
-    yield workbench
-    workbench.close()
+    with backend_url(request.param, tmp_path) as url:
+        workbench = open_workbench(make_settings(tmp_path, url))
+        yield workbench
+        workbench.close()
 
 
 def second_workbench(settings: Settings) -> Workbench:
