@@ -53,13 +53,22 @@ class Runner(Protocol):
         ...
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the worker dies, so a killed worker leaves no
-    orphan training on (and writing to) a run that another worker will resume."""
+def _load_libc():
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        pass  # not Linux: the child notices a changed parent pid itself (see jobs.run_job)
+        return None  # not glibc Linux: the child notices a changed parent pid itself (see jobs.run_job)
+
+
+# Loaded here, in the parent: the code that runs between fork and exec must not dlopen (threads).
+_LIBC = _load_libc() if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the worker (thread) that started it ends, so a
+    killed worker leaves no orphan training on (and writing to) a run another worker will resume."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ProcessHandle:
@@ -99,7 +108,7 @@ class SubprocessRunner:
         with open(job.output_dir / PROCESS_LOG, "ab") as logfile:
             process = subprocess.Popen(self.argv(job), env=child_env, stdin=subprocess.DEVNULL, stdout=logfile,
                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                                       preexec_fn=_die_with_parent if _LIBC is not None else None,
                                        close_fds=True)
         log.info("run %s attempt %s: started pid %s on %s", job.run_id, job.attempt, process.pid, job.device)
         return ProcessHandle(process)
