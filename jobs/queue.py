@@ -204,6 +204,8 @@ def requeue(db: Database, run_id: int) -> None:
 def register_worker(db: Database, worker_id: str, max_jobs: int, gpus: str, now: Optional[dt.datetime] = None) -> None:
     now = now or utcnow()
     with db.session() as session:
+        # Workers killed without unregistering leave a row behind; forget those silent for a day.
+        session.execute(delete(Worker).where(Worker.heartbeat_at < now - dt.timedelta(days=1)))
         session.merge(Worker(id=worker_id, hostname=socket.gethostname(), pid=os.getpid(), max_jobs=max_jobs,
                              gpus=gpus, started_at=now, heartbeat_at=now))
 

@@ -23,7 +23,7 @@ from sqlalchemy import delete, select, update
 
 from jobs import queue
 from jobs.failures import describe_exception, log_tail
-from jobs.progress import Cancelled, Reporter
+from jobs.progress import Cancelled
 from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from storage.db import Database
