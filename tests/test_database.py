@@ -1,7 +1,18 @@
 from sqlalchemy import inspect, text
 
-from storage.db import Database
+from storage.db import MIGRATIONS_DIR, Database
 from storage.models import Dataset, MetricPoint, Run
+
+
+def _head() -> str:
+    """The single head revision of the migration scripts (two heads would be a broken chain)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    [head] = ScriptDirectory.from_config(config).get_heads()
+    return head
 
 
 def test_empty_database_upgrades_to_head(tmp_path):
@@ -9,7 +20,7 @@ def test_empty_database_upgrades_to_head(tmp_path):
     tables = set(inspect(db.engine).get_table_names())
     assert {"datasets", "runs", "metric_points", "artifacts", "playgrounds", "alembic_version"} <= tables
     with db.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == _head()
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
