@@ -13,7 +13,7 @@ from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 from workbench.cli import main
 from workbench.commands.worker import parse_gpus
 from workbench.errors import ConfigError
-from workbench.services import runs
+from workbench.services import datasets, runs
 
 
 @pytest.fixture
@@ -121,3 +121,22 @@ def test_train_wait_without_a_worker_trains_in_process(cli, wb, tmp_path):
     assert final["status"] == SUCCEEDED and final["error"] is None
     assert "accuracy" in final["metrics"] and final["metrics"]["steps"] >= 1
     assert Path(final["output_dir"], "model", "config.json").is_file()
+
+
+def test_train_eval_file_or_dataset(cli, wb, tmp_path):
+    def unique(n, tag):  # the dataset store drops duplicate texts, and validation texts seen in training
+        return [{**r, "text": f"{r['text']} {tag}{i}"} for i, r in enumerate(classification_records(n))]
+
+    train = write_jsonl(tmp_path / "train.jsonl", unique(40, "t"))
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", unique(12, "v"))
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(train), "--eval", str(held_out))
+    assert code == 0, err
+    spec = runs.get_run(wb, int(out))["spec"]
+    dataset = spec["data"]["dataset_id"]
+
+    assert datasets.get_dataset(wb, dataset).validation == 12 and spec["data"]["validation_path"] is None
+    # a stored dataset as --eval: its training file is this run's validation data
+    code, out, err = cli("train", "--task", "text-classification", "--data", dataset, "--eval", dataset)
+    assert code == 0, err
+    assert runs.get_run(wb, int(out))["spec"]["data"]["validation_path"] == \
+        str(datasets.dataset_files(wb, dataset)[0])
