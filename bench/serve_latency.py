@@ -1,6 +1,6 @@
 """Playground serving speed: latency of single REST predictions and throughput of batches of 32.
 
-    python bench/serve_latency.py [--requests 200] [--batches 20] [--clients 4]
+    python bench/serve_latency.py [--requests 200] [--batches 20] [--clients 4] [--server-threads N]
 
 The packaged all-MiniLM-L6-v2 is saved as a 2-label sequence classifier into a
 temporary run folder, published, and served by ``workbench publish RUN
@@ -76,8 +76,10 @@ def prepare(home: Path) -> int:
     return run_id
 
 
-def start_server(home: Path, run_id: int, port: int) -> tuple[subprocess.Popen, str]:
+def start_server(home: Path, run_id: int, port: int, threads: int) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "WORKBENCH_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads in the server process
     process = subprocess.Popen(
         [sys.executable, "-c", "from workbench.cli import main; main()", "publish", str(run_id), "--standalone",
          "--port", str(port), "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -147,6 +149,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--server-threads", type=int, default=0,
+                        help="OMP_NUM_THREADS for the server (0: the workbench's choice, a quarter of the cores, "
+                             "see playground.cache.configure_serving_threads).")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "serve_latency.json"))
     args = parser.parse_args()
     import socket
 
@@ -156,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         run_id = prepare(home)
-        process, slug = start_server(home, run_id, port)
+        process, slug = start_server(home, run_id, port, args.server_threads)
         try:
             results = measure(f"http://127.0.0.1:{port}", slug, args.requests, args.batches, args.clients)
         finally:
@@ -164,10 +170,12 @@ def main() -> None:
             process.wait(timeout=30)
     import torch
 
-    results["machine"] = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    results["machine"] = {"cpu_count": os.cpu_count(),
+                          "server_threads": args.server_threads or max(1, (os.cpu_count() or 1) // 4),
+                          "load_average_1m": round(os.getloadavg()[0], 2),
                           "processor": platform.processor() or platform.machine(),
                           "device": "cuda" if torch.cuda.is_available() else "cpu"}
-    out = ROOT / "bench" / "results" / "serve_latency.json"
+    out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     single, batch = results["single"], results["batch32"]

@@ -285,3 +285,19 @@ def test_short_token_is_refused(wb, random_models):
     run_id = ps.add_run(wb, "text-classification", random_models["cls"])
     with pytest.raises(ConfigError, match="at least 8"):
         service.publish(wb, run_id, token="short")
+
+
+@pytest.mark.parametrize("omp, expected", [("", "max(1, os.cpu_count() // 4)"), ("2", "2")])
+def test_serving_threads_leave_cores_to_training(omp, expected):
+    """Run in a child process: torch's thread count is process-wide."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if omp:
+        env["OMP_NUM_THREADS"] = omp
+    code = ("import os, torch; from workbench.playground.cache import configure_serving_threads as c; "
+            f"n = c(); assert n == torch.get_num_threads() == {expected}, n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

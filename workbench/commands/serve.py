@@ -31,6 +31,9 @@ def serve(
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
     typer.echo(f"BERT Workbench on http://{shown_host}:{settings.port}/"
                + ("" if not no_worker else "  (no worker: start `workbench worker` to train)"))
+    from workbench.playground.cache import configure_serving_threads
+
+    configure_serving_threads()  # playground predictions must not fight the worker's training for cores
     try:
         uvicorn.run(web_app, host=settings.host, port=settings.port, log_level="warning")
     finally:

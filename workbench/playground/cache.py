@@ -43,6 +43,29 @@ def pick_device(preference: str = "auto") -> str:
     return preference if preference.startswith("cuda") else "cuda"
 
 
+def configure_serving_threads() -> int:
+    """Give this (server) process few torch threads, unless OMP_NUM_THREADS says otherwise; returns the count.
+
+    The workbench trains in worker subprocesses that use every core. A server
+    whose torch also starts one thread per core then oversubscribes the CPU,
+    and its OpenMP barriers stall: on 2 busy cores a MiniLM prediction took
+    ~270 ms with 2 threads and ~17 ms with 1 (bench/serve_latency.py). A
+    quarter of the cores (at least one) keeps requests fast; concurrent
+    requests still spread over the cores through the server's thread pool.
+    Process-wide, so call it only from server entry points, never from a library.
+    """
+    import os
+
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // 4)
+    torch.set_num_threads(threads)
+    log.info("playground serving uses %d torch thread(s) per request", threads)
+    return threads
+
+
 class ModelCache(Generic[T]):
     def __init__(self, memory_mb: int):
         self.limit_bytes = int(memory_mb) * 1024 * 1024

@@ -59,6 +59,9 @@ def serve_standalone(wb: Workbench, slug: str, host: str, port: int, share: bool
     """Serve until interrupted; ``say`` prints the lines a user needs (local URL, share link or why none)."""
     import uvicorn
 
+    from workbench.playground.cache import configure_serving_threads
+
+    configure_serving_threads()
     server = uvicorn.Server(uvicorn.Config(standalone_app(wb, slug), host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
