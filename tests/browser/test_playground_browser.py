@@ -5,6 +5,7 @@ published after the server started, with a token carried in the link.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -53,7 +54,7 @@ def test_colleague_opens_link_and_gets_a_prediction(guarded_server, ner_playgrou
     text_box = page.locator("#pg-input-text textarea")
     page.get_by_text("John Smithers lives in New York .").last.click()  # an example from the validation set
     expect(text_box).to_have_value(re.compile("John Smithers"))
-    text_box.fill("Mary Smithers visited New York yesterday .")
+    text_box.fill("Anna Smithers lives in New York .")
     page.locator("#pg-predict").click()
     page.locator(".textfield, [data-testid='highlighted-text']").first.wait_for(timeout=60_000)
     page.wait_for_function("document.body.innerText.includes('PER') || document.body.innerText.includes('LOC')",
@@ -66,9 +67,8 @@ def test_colleague_opens_link_and_gets_a_prediction(guarded_server, ner_playgrou
     page.locator("img[src*='gradio_api/file'], img[src^='data:'], img[src*='/file=']").nth(1).wait_for(
         timeout=60_000)
     path = screenshot(page, "playground")
-    docs = ROOT / "docs" / "screenshots"
-    docs.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, docs / "playground.png")
+    if os.environ.get("WORKBENCH_TEST_UPDATE_SCREENSHOTS") == "1":  # refresh the README's picture on purpose only
+        shutil.copyfile(path, ROOT / "docs" / "screenshots" / "playground.png")
 
 
 def test_link_without_token_asks_for_it(guarded_server, ner_playground, page):
