@@ -13,7 +13,10 @@ _TARGETS = {
 }
 
 _HEADS = {  # (task, model_type) → head modules trained in full and saved with the adapter
-    "text-classification": {"distilbert": ["pre_classifier", "classifier"]},
+    # BERT-style classifiers read the pooler, which checkpoints trained without NSP (such as the
+    # packaged sentence-transformers MiniLM) lack: a frozen random pooler left LoRA at the majority class.
+    "text-classification": {"distilbert": ["pre_classifier", "classifier"], "bert": ["pooler", "classifier"],
+                            "albert": ["pooler", "classifier"]},
     "token-classification": {},
     "question-answering": {},
     "masked-lm": {"bert": ["cls"], "roberta": ["lm_head"], "xlm-roberta": ["lm_head"], "albert": ["predictions"],

@@ -46,3 +46,15 @@ def test_entity_spans_and_metrics():
 def test_pos_tags_report_token_accuracy_only():
     metrics, _ = word_metrics([["NN", "VB"]], [["NN", "NN"]], bio=False)
     assert metrics == {"token_accuracy": 0.5}
+
+
+def test_a_validation_tag_unseen_in_training_is_left_out_of_the_loss():
+    from transformers import AutoTokenizer
+
+    from jobs.catalogue import packaged_model_path
+    from jobs.tasks.token_classification import tokenize_batch
+
+    tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
+    out = tokenize_batch({"tokens": [["the", "dog"]], "tags": [["at", "vb+ppo"]]}, tokenizer, 16, {"at": 0, "nn": 1},
+                         False, {})
+    assert out["labels"][0] == [IGNORE, 0, IGNORE, IGNORE]
