@@ -92,10 +92,12 @@ def test_multi_label_classification(tiny, tmp_path):
 
 
 def test_class_weights(tiny, tmp_path):
-    train = classification_records(40)[:30]  # unbalanced after the cut? keep both classes
+    train = [r for i, r in enumerate(classification_records(48)) if r["label"] == "pos" or i % 6 == 1]  # 24:4
     spec = _spec("text-classification", tmp_path, train, classification_records(8, 1), tiny, epochs=1,
                  class_weights=True)
-    assert "accuracy" in run_training(spec, tmp_path / "run", RecordingReporter())
+    reporter = RecordingReporter()
+    assert "accuracy" in run_training(spec, tmp_path / "run", reporter)
+    assert reporter.facts["hyperparameters"]["class_weights"] is True
 
 
 def test_token_classification_learns_and_exports(tiny, tmp_path):
