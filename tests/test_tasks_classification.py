@@ -68,3 +68,17 @@ def test_token_type_ids_only_for_models_that_use_them():
     assert model_uses_token_type_ids(_Tok(["input_ids", "token_type_ids", "attention_mask"]), _Config(2))
     assert not model_uses_token_type_ids(_Tok(["input_ids", "token_type_ids", "attention_mask"]), _Config(1))
     assert not model_uses_token_type_ids(_Tok(["input_ids", "attention_mask"]), _Config(2))
+
+
+def test_weighted_loss_weighs_the_rare_class_more():
+    import torch
+
+    from jobs.tasks.classification import weighted_loss
+
+    logits = torch.tensor([[2.0, 0.0], [2.0, 0.0]])
+    labels = torch.tensor([0, 1])
+    plain = torch.nn.functional.cross_entropy(logits, labels)
+    weighted = weighted_loss(logits, labels, [1.0, 3.0])
+    # the misclassified rare example (label 1) dominates once weighted
+    assert weighted > plain
+    assert torch.isclose(weighted_loss(logits, labels, [1.0, 1.0]), plain)
