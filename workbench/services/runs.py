@@ -7,6 +7,8 @@ The functions the UI, the CLI and the tests call. They return plain dicts
 from __future__ import annotations
 
 import copy
+import json
+import logging
 import datetime as dt
 import shutil
 import time
@@ -23,6 +25,8 @@ from jobs.states import ACTIVE, TERMINAL
 from storage.models import QUEUED, SUCCEEDED, Dataset, MetricPoint, Run
 from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
+
+log = logging.getLogger(__name__)
 
 # Columns of the runs table view: everything a row shows, nothing it does not (no spec, no error_detail).
 _LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress, Run.step, Run.total_steps,
@@ -208,3 +212,32 @@ def wait_for_run(wb: Workbench, run_id: int, timeout: Optional[float] = None, po
         if deadline is not None and time.monotonic() >= deadline:
             raise WorkbenchError(f"run {run_id} is still {record['status']} after {timeout:g} s")
         time.sleep(poll)
+
+
+def read_run_tables(output_dir: str | Path) -> dict[str, Any]:
+    """A finished run's ``tables.json`` (per-class scores, confusion matrix); ``{}`` when absent."""
+    path = Path(output_dir) / "tables.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        log.warning("unreadable %s", path)
+        return {}
+
+
+def read_run_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, Any]]:
+    """The first ``limit`` wrong validation predictions from ``predictions.jsonl``, read as a stream."""
+    path = Path(output_dir) / "predictions.jsonl"
+    wrong: list[dict[str, Any]] = []
+    if not path.is_file():
+        return wrong
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and not record.get("correct", True):
+                wrong.append(record)
+                if len(wrong) >= limit:
+                    break
+    return wrong

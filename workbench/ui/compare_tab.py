@@ -11,7 +11,8 @@ from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
-from workbench.ui.runs_tab import _items_and_total, per_class_rows, read_tables
+from workbench.services.runs import read_run_tables
+from workbench.ui.runs_tab import _items_and_total, per_class_rows
 
 PICKER_LIMIT = 200
 
@@ -44,7 +45,7 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     diff_rows = [[key, *["automatic" if v is None else fmt.short_value(v) for v in values]]
                  for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
     diff = pd.DataFrame(diff_rows, columns=["Setting", *labels])
-    per_class = side_by_side(labels, [per_class_rows(read_tables(r["output_dir"]) if r.get("output_dir") else {})
+    per_class = side_by_side(labels, [per_class_rows(read_run_tables(r["output_dir"]) if r.get("output_dir") else {})
                                       for r in runs])
     curves = {label: runs_service.run_curves(wb, r["id"]) for label, r in zip(labels, runs)}
     message = f"{len(diff_rows)} setting(s) differ." if diff_rows else "The configurations are identical."

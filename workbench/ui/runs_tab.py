@@ -158,35 +158,6 @@ def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list
     return rows
 
 
-def read_tables(output_dir: str | Path) -> dict[str, Any]:
-    """A finished run's ``tables.json`` (per-class scores, confusion matrix); ``{}`` when absent."""
-    path = Path(output_dir) / "tables.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
-        log.warning("unreadable %s", path)
-        return {}
-
-
-def read_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, Any]]:
-    """The first ``limit`` wrong validation predictions from ``predictions.jsonl``, read as a stream."""
-    path = Path(output_dir) / "predictions.jsonl"
-    wrong: list[dict[str, Any]] = []
-    if not path.is_file():
-        return wrong
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and not record.get("correct", True):
-                wrong.append(record)
-                if len(wrong) >= limit:
-                    break
-    return wrong
-
-
 def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     """Read one run (status, curves, log tail, final tables) through the runs service.
 
@@ -202,8 +173,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     log_text = logs if isinstance(logs, str) else "\n".join(map(str, logs or []))
     tables, predictions = {}, []
     if status not in fmt.ACTIVE_STATES and run.get("output_dir"):
-        tables = read_tables(run["output_dir"])
-        predictions = read_errors(run["output_dir"])
+        tables = runs_service.read_run_tables(run["output_dir"])
+        predictions = runs_service.read_run_errors(run["output_dir"])
     labels, matrix = confusion_parts(tables)
     return RunView(
         key=key, header=run_header(run), status=status,
