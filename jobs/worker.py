@@ -166,7 +166,7 @@ class Worker:
     def _launch(self, claimed: queue.ClaimedRun, now: dt.datetime) -> None:
         free = self._free_gpus()
         wanted = max(1, int(claimed.spec.get("gpus") or 1))
-        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in docs/queue.md).
+        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in the README, "GPUs").
         job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), tuple(free[:wanted]))
         try:
             RunSpec.from_dict(claimed.spec)

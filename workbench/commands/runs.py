@@ -1,6 +1,6 @@
 """`workbench runs list|show|cancel|retry|logs`: the queue from a terminal or a script.
 
-The JSON output is a contract scripts depend on (see docs/queue.md): `runs show --json`
+The JSON output is a contract scripts depend on (see the README, "CLI contract"): `runs show --json`
 always has `id`, `status`, `progress` (0..1), `metrics` and `error`.
 """
 from __future__ import annotations
