@@ -15,6 +15,13 @@ SPEC_VERSION = 1
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")
 # "bert-pretraining" (MLM + NSP) is an objective of the masked-lm task, see DataSpec/TrainSpec.objective.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# The metrics each task reports first (the CLI contract's keys), main one first.
+HEADLINE_METRICS = {
+    "text-classification": ("accuracy", "f1_macro"),
+    "token-classification": ("entity_f1", "token_accuracy"),
+    "question-answering": ("f1", "exact_match"),
+    "masked-lm": ("perplexity", "nsp_accuracy"),
+}
 
 
 @dataclasses.dataclass

@@ -10,14 +10,16 @@ from typing import Optional
 
 import typer
 
+from jobs.spec import HEADLINE_METRICS
 from workbench.cli import emit, runs_app
 from workbench.context import open_workbench
 from workbench.services import runs as runs_service
 
 
 def _format_row(run: dict) -> str:
-    metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(run["metrics"].items())
-                        if isinstance(v, (int, float)) and not k.startswith("train/"))[:60]
+    values = run["metrics"] or {}
+    metrics = ", ".join(f"{k}={values[k]:.4g}" for k in HEADLINE_METRICS.get(run["task"], ())
+                        if isinstance(values.get(k), (int, float)))
     progress = f"{run['progress'] * 100:5.1f}%"
     return f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
 

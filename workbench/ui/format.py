@@ -11,18 +11,15 @@ import html
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
+from jobs.spec import HEADLINE_METRICS
+
 ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
 STATUS_ICONS = {
     "queued": "◷", "running": "▶", "resuming": "↻", "cancelling": "■", "succeeded": "✔", "failed": "✖",
     "cancelled": "■",
 }
 # The metric the Runs table shows per task, in order of preference (the keys of the training CLI contract).
-MAIN_METRICS = {
-    "text-classification": ("accuracy", "f1_macro"),
-    "token-classification": ("entity_f1", "token_accuracy"),
-    "question-answering": ("f1", "exact_match"),
-    "masked-lm": ("perplexity", "nsp_accuracy"),
-}
+MAIN_METRICS = HEADLINE_METRICS
 RUN_TABLE_HEADERS = ["ID", "Name", "Status", "Progress", "ETA", "Main metric", "Model", "Dataset", "Created"]
 MISSING = "—"
 
