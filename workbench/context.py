@@ -16,6 +16,12 @@ class Workbench:
     def close(self) -> None:
         self.db.dispose()
 
+    def __enter__(self) -> "Workbench":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
 
 def open_workbench(settings: Settings | None = None) -> Workbench:
     """Build settings from the environment (unless given), create the home folder, migrate the DB."""

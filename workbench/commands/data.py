@@ -27,11 +27,8 @@ AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 def _with_workbench(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call a service with a workbench opened from the environment, and close it."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         return fn(wb, *args, **kwargs)
-    finally:
-        wb.close()
 
 
 def _columns(text: Optional[str], label: Optional[str], pair: Optional[str],

@@ -36,8 +36,7 @@ def publish(
         raise typer.BadParameter("--share needs --standalone (the workbench server itself is never shared)")
     if generate_token and token:
         raise typer.BadParameter("give --token or --generate-token, not both")
-    wb = open_workbench(Settings.from_env(host=host, port=port) if standalone else None)
-    try:
+    with open_workbench(Settings.from_env(host=host, port=port) if standalone else None) as wb:
         info = service.publish(wb, run_id, token=secrets.token_urlsafe(16) if generate_token else token)
         base = _base_url(wb.settings)
         link = f"{base}{info.url_path}" + (f"?token={info.token}" if info.token else "")
@@ -51,18 +50,13 @@ def publish(
 
             serve_standalone(wb, info.slug, wb.settings.host, wb.settings.port, share,
                              say=lambda line: typer.echo(line, err=as_json))
-    finally:
-        wb.close()
 
 
 @app.command()
 def unpublish(slug: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Take a playground down: its page and API answer 404 from now on."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         info = service.unpublish(wb, slug)
-    finally:
-        wb.close()
     emit(info.to_dict(), as_json, f"unpublished {slug}")
 
 
@@ -72,12 +66,9 @@ def playgrounds(
     all_: bool = typer.Option(False, "--all", help="Include unpublished playgrounds."),
 ) -> None:
     """List published playgrounds, newest first."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         rows = service.list_playgrounds(wb, include_inactive=all_)
         base = _base_url(wb.settings)
-    finally:
-        wb.close()
     text = "\n".join(f"{p.slug:<48} run {p.run_id:<5} {p.task:<22} {'token' if p.has_token else 'public':<7}"
                      f"{'' if p.active else 'unpublished  '}{base}{p.url_path}" for p in rows) or "no playgrounds"
     emit([p.to_dict() for p in rows], as_json, text)

@@ -30,11 +30,8 @@ def list_(status: Optional[str] = typer.Option(None, help="Only runs in this sta
           limit: int = typer.Option(100, help="At most this many runs, newest first."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON (a list of runs).")) -> None:
     """List runs, newest first."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         rows = runs_service.list_runs(wb, status=status, search=search, limit=limit)
-    finally:
-        wb.close()
     text = "\n".join([f"{'id':>5}  {'status':<10} {'done':>6}  {'task':<22} {'model':<30} metrics"]
                      + [_format_row(r) for r in rows]) if rows else "no runs"
     emit(rows, as_json, text)
@@ -43,11 +40,8 @@ def list_(status: Optional[str] = typer.Option(None, help="Only runs in this sta
 @runs_app.command()
 def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
     """Everything about one run: status, progress, metrics, error."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         run = runs_service.get_run(wb, run_id)
-    finally:
-        wb.close()
     lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, step {run['step']}/{run['total_steps']})",
              f"task {run['task']}, model {run['model']}, device {run['device'] or '-'}, attempts {run['attempts']}"]
     lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items())]
@@ -59,22 +53,16 @@ def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print 
 @runs_app.command()
 def cancel(run_id: int) -> None:
     """Cancel a run (a running one stops at its next step and keeps a checkpoint)."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         status = runs_service.cancel_run(wb, run_id)
-    finally:
-        wb.close()
     typer.echo(f"run {run_id}: {status}")
 
 
 @runs_app.command()
 def retry(run_id: int) -> None:
     """Queue a failed or cancelled run again; it resumes from its last checkpoint."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         runs_service.retry_run(wb, run_id)
-    finally:
-        wb.close()
     typer.echo(f"run {run_id}: queued")
 
 
@@ -82,15 +70,12 @@ def retry(run_id: int) -> None:
 def logs(run_id: int, tail: int = typer.Option(200, help="How many lines to print first."),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends.")) -> None:
     """Print the run's log (the training process's output)."""
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         text = runs_service.run_logs(wb, run_id, tail)
         if text:
             typer.echo(text)
         if follow:
             _follow(wb, run_id)
-    finally:
-        wb.close()
 
 
 def _follow(wb, run_id: int) -> None:

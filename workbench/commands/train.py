@@ -93,8 +93,7 @@ def train(
     from workbench.context import open_workbench
     from workbench.services import runs
 
-    wb = open_workbench()
-    try:
+    with open_workbench() as wb:
         spec = build_spec(wb, _load_config(config), task=task, data=data, eval_data=eval_data, model=model,
                           epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora)
         run_id = runs.submit_run(wb, spec)
@@ -104,8 +103,6 @@ def train(
         if not as_json:
             typer.echo(str(run_id))
         record = _wait(wb, run_id, queue, runs)
-    finally:
-        wb.close()
     final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
              "output_dir": record["output_dir"]}
     metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))
