@@ -106,3 +106,10 @@ def test_error_rows_for_tagging_list_only_the_wrong_words():
     assert rows[1] == ["Where? ‖ In Paris.", '["Paris"]', "In", "0.3000"]
     assert runs_tab.per_class_rows({"per_entity": [{"entity": "LOC", "precision": 1, "recall": 0.5, "f1": 0.667,
                                                     "support": 2}]})[0][0] == "LOC"
+
+
+def test_a_run_link_names_a_positive_run_id():
+    from workbench.ui.app import run_from_query
+
+    assert run_from_query({"run": "12"}) == 12
+    assert [run_from_query(q) for q in ({}, None, {"run": ""}, {"run": "0"}, {"run": "-3"}, {"run": "x1"})] == [None] * 6

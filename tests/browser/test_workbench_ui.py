@@ -109,6 +109,18 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
     screenshot(page, "runs")
 
 
+def test_the_selected_run_survives_a_reload(server, page):
+    page.goto(server.url)
+    open_tab(page, "Runs")
+    box = page.locator("#runs-selected input")
+    box.fill("1")
+    box.press("Enter")
+    page.wait_for_function("() => new URL(location.href).searchParams.get('run') === '1'", timeout=30_000)
+    page.reload()  # the link opens the Runs tab with run 1 shown
+    wait_value(page, "#runs-selected input", "1")
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+
+
 def test_compare_two_runs_shows_the_config_diff(server, page):
     from workbench.context import open_workbench
     from workbench.services import runs as runs_service
@@ -163,6 +175,21 @@ def test_run_actions_clone_download_publish_delete(server, page):
     page.wait_for_function("() => !document.querySelector('#runs-table').innerText.includes('faster lr')",
                            timeout=30_000)
     assert "succeeded" in page.locator("#runs-table").inner_text()  # run 1 is untouched
+
+
+def test_deleting_a_dataset_asks_first(server, page):
+    page.goto(server.url)
+    wait_text(page, "#data-datasets", "sms_sample")
+    page.locator("#data-datasets >> text=sms_sample >> visible=true").first.click()
+    page.wait_for_function("() => (document.querySelector('#data-selected textarea, #data-selected input') || {value: ''}).value.trim() !== ''")
+    page.get_by_role("button", name="Delete dataset…").click()
+    page.get_by_role("button", name="Keep the dataset").click()
+    page.get_by_role("button", name="Yes, delete the dataset").wait_for(state="hidden")
+    assert "sms_sample" in page.locator("#data-datasets").inner_text()
+    page.get_by_role("button", name="Delete dataset…").click()
+    page.get_by_role("button", name="Yes, delete the dataset").click()
+    page.wait_for_function("() => !document.querySelector('#data-datasets').innerText.includes('sms_sample')",
+                           timeout=30_000)
 
 
 def test_auth_asks_for_a_login(tmp_path, browser):

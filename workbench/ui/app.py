@@ -11,6 +11,21 @@ import gradio as gr
 from workbench.context import Workbench
 from workbench.ui import compare_tab, data_tab, runs_tab, train_tab
 
+# The selected run lives in the address (?run=N): a reload keeps it and the link can be shared.
+KEEP_RUN_IN_URL = """(rid) => {
+  const url = new URL(window.location.href);
+  if (rid === null || rid === undefined || rid === "") url.searchParams.delete("run");
+  else url.searchParams.set("run", String(rid));
+  window.history.replaceState(null, "", url);
+}"""
+
+
+def run_from_query(params) -> int | None:
+    """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
+    value = (params or {}).get("run", "")
+    return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
+
+
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate")
 CSS = """
 .wb-muted { color: var(--body-text-color-subdued); font-size: 0.92em; }
@@ -63,6 +78,12 @@ def build_ui(wb: Workbench) -> gr.Blocks:
 
         runs.clone.click(clone_and_edit, [runs.run_id], [tabs, train.clone_of, *train.fields])
 
+        def open_linked_run(request: gr.Request):
+            rid = run_from_query(dict(request.query_params) if request else {})
+            return (gr.Tabs(selected="runs"), rid) if rid is not None else (gr.update(), gr.update())
+
+        demo.load(open_linked_run, None, [tabs, runs.run_id])
+        runs.run_id.change(None, [runs.run_id], None, js=KEEP_RUN_IN_URL)
         demo.load(lambda: data_tab.refresh(wb), None, [data.datasets])
         demo.load(train.on_load, train.fields, [train.dataset, train.spec_view, train.facts])
         load_fn, load_inputs = runs.on_load

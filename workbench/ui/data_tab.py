@@ -233,9 +233,14 @@ def build(wb) -> DataTab:
         import_status = gr.Markdown()
     gr.Markdown("### Stored datasets")
     with gr.Row():
-        selected_dataset = gr.Textbox(label="Dataset ID", placeholder="click a row", scale=2)
+        selected_dataset = gr.Textbox(label="Dataset ID", placeholder="click a row", scale=2,
+                                      elem_id="data-selected")
         use_dataset = gr.Button("Train on this dataset", variant="primary", scale=1)
-        delete_dataset = gr.Button("Delete", variant="stop", scale=1)
+        delete_dataset = gr.Button("Delete dataset…", variant="stop", scale=1)
+    with gr.Row(visible=False) as confirm_row:
+        confirm_text = gr.Markdown()
+        confirm_delete = gr.Button("Yes, delete the dataset", variant="stop", size="sm")
+        keep_dataset = gr.Button("Keep the dataset", size="sm")
     datasets = gr.Dataframe(headers=DATASET_HEADERS, interactive=False, elem_id="data-datasets", max_height=300)
 
     check_inputs = [upload, task, file_format, text_col, pair_col, label_col, separator, max_length]
@@ -299,17 +304,24 @@ def build(wb) -> DataTab:
 
     datasets.select(on_pick, [datasets], [selected_dataset])
 
-    def on_delete(dataset_id):
-        if not dataset_id:
+    def on_ask(dataset_id):
+        if not (dataset_id or "").strip():
             raise gr.Error("Pick a dataset first (click its row).")
+        return (gr.update(visible=True),
+                f"Delete dataset **{dataset_id.strip()}** and its stored files? "
+                "Runs trained on it keep their models and results.")
+
+    def on_delete(dataset_id):
         try:
             data_service.delete_dataset(wb, dataset_id.strip())
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
         gr.Info(f"Dataset {dataset_id} deleted; runs that used it keep their results.")
-        return "", dataset_rows(wb)
+        return gr.update(visible=False), "", dataset_rows(wb)
 
-    delete_dataset.click(on_delete, [selected_dataset], [selected_dataset, datasets])
+    delete_dataset.click(on_ask, [selected_dataset], [confirm_row, confirm_text])
+    keep_dataset.click(lambda: gr.update(visible=False), None, [confirm_row])
+    confirm_delete.click(on_delete, [selected_dataset], [confirm_row, selected_dataset, datasets])
     return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task)
 
 
