@@ -138,7 +138,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     trainer = WorkbenchTrainer(model=model, args=args, data_collator=prepared.collator,
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
                                processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
-                               compute_loss_func=loss_func, callbacks=callbacks)
+                               compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata)
     resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
     total_steps = hp["max_steps"] or math.ceil(
         steps_per_epoch(len(prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"]) * hp["epochs"])

@@ -21,6 +21,7 @@ _TASK_FAMILY = {"text-classification": "classification", "token-classification":
                 "question-answering": "span", "masked-lm": "mlm"}
 _MAX_LENGTH = {"text-classification": 128, "token-classification": 128, "question-answering": 384, "masked-lm": 128}
 QUICK_MAX_STEPS = 100
+MIN_STEPS_PER_EPOCH = 250
 
 
 def size_class(parameters: int) -> int:
@@ -36,6 +37,16 @@ def default_epochs(preset: str, n_train: int) -> float:
     return {"quick": 1.0, "standard": base, "thorough": base + 2}[preset]
 
 
+def default_batch_size(n_train: int) -> int:
+    """16, or 8 when batches of 16 would give fewer than MIN_STEPS_PER_EPOCH updates an epoch.
+
+    Small datasets learn more from more, smaller steps (Mosbach et al., 2021, on
+    fine-tuning stability). SMS, 2,000 messages, 1 epoch, seeds 42/1/2/3: batch 8
+    scored 0.9892/0.9875/0.9839/0.9857, batch 16 0.9839/0.9839/0.9857/0.9857.
+    """
+    return 8 if n_train < 16 * MIN_STEPS_PER_EPOCH else 16
+
+
 def resolve_hyperparameters(spec, model_info, n_train: int) -> dict:
     """Every hyper-parameter of a run, explicit values from the spec winning over defaults."""
     train, task = spec.train, spec.task
@@ -44,7 +55,7 @@ def resolve_hyperparameters(spec, model_info, n_train: int) -> dict:
     lr = train.learning_rate or _LR[family][size_class(model_info.parameters)]
     if spec.lora.enabled and not train.learning_rate:
         lr = min(lr * 10, 1e-3)
-    batch = train.batch_size or (8 if n_train < 500 else 16)
+    batch = train.batch_size or default_batch_size(n_train)
     epochs = train.epochs if train.epochs is not None else default_epochs(preset, n_train)
     max_steps = train.max_steps
     if max_steps is None and preset == "quick":

@@ -15,6 +15,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from jobs.progress import Reporter
+from jobs.sampling import BucketedSampler
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,10 @@ class NonFiniteLoss(Exception):
 
 
 class WorkbenchTrainer(Trainer):
-    """Trainer with unshuffled evaluation and a per-step loss check.
+    """Trainer with bucketed, class-mixed training batches, unshuffled evaluation and a per-step loss check.
+
+    ``strata`` (the class id of each training example, for single-label
+    classification) keeps every class spread over the batches; see ``jobs.sampling``.
 
     transformers 5.x applies length grouping to ``evaluate()``/``predict()`` as well,
     which reorders predictions against the validation records; predictions here
@@ -34,6 +38,10 @@ class WorkbenchTrainer(Trainer):
     """
 
     overhead_seconds = 0.0  # time spent evaluating and checkpointing inside train(), for samples/s
+
+    def __init__(self, *args, strata: Optional[list[int]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.strata = strata
 
     @contextlib.contextmanager
     def _overhead(self):
@@ -50,6 +58,16 @@ class WorkbenchTrainer(Trainer):
     def _save_checkpoint(self, *args, **kwargs):
         with self._overhead():
             return super()._save_checkpoint(*args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        name = self.processing_class.model_input_names[0] if self.processing_class is not None else "input_ids"
+        columns = getattr(dataset, "column_names", None) or []
+        if self.args.train_sampling_strategy != "group_by_length" or name not in columns:
+            return super()._get_train_sampler(train_dataset)
+        lengths = [len(ids) for ids in dataset[name]]
+        return BucketedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                               self.strata)
 
     def _get_eval_sampler(self, eval_dataset):
         return torch.utils.data.SequentialSampler(eval_dataset) if eval_dataset is not None else None

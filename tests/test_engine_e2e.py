@@ -131,6 +131,30 @@ def test_question_answering(tiny, tmp_path):
     assert out.start_logits.shape == out.end_logits.shape
 
 
+def test_training_batches_are_length_buckets_with_both_classes(tiny, tmp_path, monkeypatch):
+    """The engine hands each example's class to the sampler, so long-class/short-class data still mixes."""
+    import jobs.sampling
+
+    seen = []
+    real = jobs.sampling.bucketed_indices
+
+    def recording(lengths, batch_size, strata=None, generator=None):
+        order = real(lengths, batch_size, strata, generator)
+        seen.append((list(lengths), list(strata or []), batch_size, order))
+        return order
+
+    monkeypatch.setattr(jobs.sampling, "bucketed_indices", recording)
+    long_spam = [{"text": "win cash prize now call " * 4, "label": "spam"} for _ in range(8)]
+    short_ham = [{"text": "see you soon", "label": "ham"} for _ in range(24)]
+    spec = _spec("text-classification", tmp_path, long_spam + short_ham, short_ham[:4] + long_spam[:4], tiny,
+                 epochs=1, batch_size=4)
+    run_training(spec, tmp_path / "out", RecordingReporter())
+    lengths, strata, batch_size, order = seen[0]
+    assert batch_size == 4 and sorted(strata) == [0] * 24 + [1] * 8  # ham=0, spam=1
+    for start in range(0, len(order), 4):
+        assert sorted(strata[i] for i in order[start:start + 4]) == [0, 0, 0, 1]
+
+
 def test_predictions_stay_in_dataset_order_despite_length_grouping(tiny, tmp_path):
     """transformers 5.x would length-group evaluate()/predict(); the engine's trainer must not."""
     import numpy as np

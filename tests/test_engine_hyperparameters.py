@@ -23,7 +23,7 @@ def test_learning_rate_follows_task_and_model_size(task, model, lr):
 
 
 def test_standard_defaults():
-    hp = resolve_hyperparameters(_spec(), SMALL, 2000)
+    hp = resolve_hyperparameters(_spec(), SMALL, 10_000)
     assert (hp["batch_size"], hp["epochs"], hp["warmup_ratio"], hp["weight_decay"], hp["max_length"]) == (16, 3.0, 0.06, 0.01, 128)
     assert hp["max_steps"] is None and hp["early_stopping_patience"] == 0
 
@@ -31,7 +31,8 @@ def test_standard_defaults():
 def test_data_size_drives_epochs_and_batch():
     assert resolve_hyperparameters(_spec(), SMALL, 100_000)["epochs"] == 2.0
     assert resolve_hyperparameters(_spec(), SMALL, 300_000)["epochs"] == 1.0
-    assert resolve_hyperparameters(_spec(), SMALL, 100)["batch_size"] == 8
+    # fewer than 250 steps an epoch at batch 16 → batch 8
+    assert [resolve_hyperparameters(_spec(), SMALL, n)["batch_size"] for n in (100, 2000, 3999, 4000)] == [8, 8, 8, 16]
 
 
 def test_presets():

@@ -174,6 +174,7 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
         validation_records=validation,
         compute_metrics=functools.partial(trainer_metrics, names=names, multi_label=multi_label),
         main_metric=MAIN_METRIC, greater_is_better=True, labels=names,
+        strata=None if multi_label else list(datasets_[0]["labels"]),
         extra={"multi_label": multi_label, "class_weights": weights},
     )
 

@@ -22,6 +22,7 @@ class Prepared:
     greater_is_better: bool = False
     label_names: Optional[list[str]] = None  # Trainer's label_names (QA: start/end positions)
     labels: Optional[list[str]] = None  # class / tag names, in id order
+    strata: Optional[list[int]] = None  # per training example, a class the batches keep mixed (jobs.sampling)
     extra: dict = dataclasses.field(default_factory=dict)  # task-specific state (eval features, flags)
 
 
