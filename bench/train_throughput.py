@@ -1,10 +1,10 @@
 """Training throughput: a workbench run against two plain Trainer scripts, same model and data.
 
-    python bench/train_throughput.py [--data /work/shared/data/sms_spam_collection/train.csv] [--rows 2000]
+    python bench/train_throughput.py [--data TRAIN.csv --dev DEV.csv] [--rows 2000]   (default: SMS spam)
 
 (a) the tutorial's recipe: every example padded to max_length=128;
 (b) a careful plain script: dynamic padding (DataCollatorWithPadding);
-(w) the workbench: ``jobs.engine.run_training`` with its defaults (dynamic padding + length-grouped batches).
+(w) the workbench: ``jobs.engine.run_training`` (dynamic padding + class-mixed length buckets, jobs/sampling.py).
 
 All three train the packaged MiniLM for one epoch, batch 16, lr 5e-5, same seed.
 Samples/s counts optimisation time only (the workbench's own evaluation and

@@ -135,7 +135,7 @@ def steps_per_epoch(n_examples: int, batch_size: int, accumulation: int) -> int:
 
 def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, main_metric: str,
                        greater_is_better: bool, label_names: Optional[list[str]]) -> TrainingArguments:
-    """Dynamic padding lives in the collators; here: length grouping, schedule, evaluation and checkpoints."""
+    """Dynamic padding lives in the collators; here: length bucketing, schedule, evaluation and checkpoints."""
     per_epoch = steps_per_epoch(n_train, hp["batch_size"], hp["gradient_accumulation_steps"])
     total = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
     by_steps = bool(hp["max_steps"] or hp["eval_steps"])
@@ -152,6 +152,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         lr_scheduler_type="linear",
         num_train_epochs=hp["epochs"],
         max_steps=hp["max_steps"] or -1,
+        # WorkbenchTrainer answers "group_by_length" with jobs.sampling's class-mixed, shuffled buckets
         train_sampling_strategy="group_by_length" if hp.get("group_by_length", True) else "random",
         eval_strategy=strategy,
         save_strategy=strategy,

@@ -109,12 +109,16 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
     screenshot(page, "runs")
 
 
-def test_the_selected_run_survives_a_reload(server, page):
+def select_run(page, server, rid: int) -> None:
     page.goto(server.url)
     open_tab(page, "Runs")
     box = page.locator("#runs-selected input")
-    box.fill("1")
+    box.fill(str(rid))
     box.press("Enter")
+
+
+def test_the_selected_run_survives_a_reload(server, page):
+    select_run(page, server, 1)
     page.wait_for_function("() => new URL(location.href).searchParams.get('run') === '1'", timeout=30_000)
     page.reload()  # the link opens the Runs tab with run 1 shown
     wait_value(page, "#runs-selected input", "1")
@@ -150,11 +154,7 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
 
 
 def test_run_actions_clone_download_publish_delete(server, page):
-    page.goto(server.url)
-    open_tab(page, "Runs")
-    box = page.locator("#runs-selected input")
-    box.fill("2")
-    box.press("Enter")
+    select_run(page, server, 2)
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
     # Clone and edit: the Train tab opens with the run's spec.
     page.get_by_role("button", name="Clone and edit").click()
