@@ -64,13 +64,13 @@ def detect_gpus(device: str = "auto") -> list[int]:
 class Worker:
     def __init__(self, wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
                  gpus: Optional[Sequence[int]] = None, *, worker_id: Optional[str] = None,
-                 max_attempts: int = queue.MAX_ATTEMPTS, only_runs: Optional[Sequence[int]] = None):
+                 max_attempts: Optional[int] = None, only_runs: Optional[Sequence[int]] = None):
         self.wb = wb
         self.runner = runner or SubprocessRunner()
         self.max_jobs = max_jobs or wb.settings.max_jobs
         self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
         self.worker_id = worker_id or queue.new_worker_id()
-        self.max_attempts = max_attempts
+        self.max_attempts = max_attempts or wb.settings.max_attempts
         # `train --wait` without a live worker runs just its own run in-process, not the whole queue.
         self.only_runs = list(only_runs) if only_runs is not None else None
         self.slots: dict[int, Slot] = {}

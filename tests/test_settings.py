@@ -38,6 +38,8 @@ def test_invalid_value_names_the_variable():
         Settings.from_env({"WORKBENCH_PORT": "seventy"})
     with pytest.raises(ConfigError, match="WORKBENCH_MAX_JOBS"):
         Settings.from_env({"WORKBENCH_MAX_JOBS": "0"})
+    with pytest.raises(ConfigError, match="WORKBENCH_MAX_ATTEMPTS"):
+        Settings.from_env({"WORKBENCH_MAX_ATTEMPTS": "0"})
 
 
 def test_as_env_round_trips(tmp_path):

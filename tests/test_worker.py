@@ -241,3 +241,22 @@ def test_kill_9_of_the_worker_process_then_a_new_worker_resumes(qwb, tmp_path):
     assert Counter(log.read_text().split()) == {str(run_id): 2}
     curve = runs.run_curves(qwb, run_id)["train/loss"]
     assert [p["step"] for p in curve] == list(range(1, 61))  # replayed steps are not logged twice
+
+
+def test_max_attempts_comes_from_the_settings(qwb):
+    """WORKBENCH_MAX_ATTEMPTS=1: a run whose only worker died fails at once instead of being retried."""
+    import dataclasses
+
+    strict = dataclasses.replace(qwb.settings, max_attempts=1)
+    qwb.settings, default_settings = strict, qwb.settings
+    try:
+        run_id = _submit(qwb, "fake:ok")
+        t = utcnow()
+        queue.claim(qwb.db, "dead-worker", now=t)
+        worker = Worker(qwb, InProcessRunner(qwb), gpus=[])
+        assert worker.max_attempts == 1
+        worker._reclaim(t + dt.timedelta(seconds=strict.lease_seconds + 1))
+        run = _run(qwb, run_id)
+        assert run.status == FAILED and "stopped responding 1 times" in run.error
+    finally:
+        qwb.settings = default_settings

@@ -52,6 +52,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("heartbeat_seconds", 5.0, "How often a worker records that a running job is alive.", float),
     Setting("lease_seconds", 60.0, "A running job whose worker sent no heartbeat for this long is taken over by "
             "another worker and resumed from its last checkpoint.", float),
+    Setting("max_attempts", 3, "How many times a run may be started when its worker keeps dying (crash, kill -9, "
+            "a lost machine); each start resumes from the last checkpoint. After that the run fails.", int),
     Setting("cancel_timeout_seconds", 30.0, "How long a cancelled run may take to stop at a step boundary and save "
             "a checkpoint before it is killed.", float),
     Setting("playground_memory_mb", 2048, "Memory bound for models cached by playgrounds; least recently used "
@@ -75,6 +77,7 @@ class Settings:
     max_upload_mb: int
     heartbeat_seconds: float
     lease_seconds: float
+    max_attempts: int
     cancel_timeout_seconds: float
     playground_memory_mb: int
     offline: bool
@@ -99,8 +102,9 @@ class Settings:
         values["home"] = Path(values["home"]).expanduser().resolve()
         if not values["database_url"]:
             values["database_url"] = f"sqlite:///{values['home'] / 'workbench.db'}"
-        if values["max_jobs"] < 1:
-            raise ConfigError(f"{_BY_NAME['max_jobs'].env} must be at least 1")
+        for name in ("max_jobs", "max_attempts"):
+            if values[name] < 1:
+                raise ConfigError(f"{_BY_NAME[name].env} must be at least 1")
         return cls(**values)
 
     # Folders below home. Created on demand by the code that writes there.
