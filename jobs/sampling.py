@@ -37,18 +37,12 @@ def bucketed_indices(lengths: Sequence[int], batch_size: int, strata: Optional[S
     if n == 0:
         return []
     order = torch.randperm(n, generator=generator).tolist()
-    window = WINDOW_BATCHES * batch_size
+    window = WINDOW_BATCHES * batch_size  # a multiple of batch_size: only the last window leaves a short batch
     full: list[list[int]] = []
-    leftovers: list[int] = []
     for start in range(0, n, window):
         chunk = _sort_window(order[start:start + window], lengths, strata)
-        cut = len(chunk) - len(chunk) % batch_size
-        full.extend(chunk[i:i + batch_size] for i in range(0, cut, batch_size))
-        leftovers.extend(chunk[cut:])  # only the last window can leave some, unless n is tiny
-    leftovers = _sort_window(leftovers, lengths, strata)
-    tail_start = len(leftovers) - len(leftovers) % batch_size
-    full.extend(leftovers[i:i + batch_size] for i in range(0, tail_start, batch_size))
-    tail = leftovers[tail_start:]
+        full.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    tail = full.pop() if len(full[-1]) < batch_size else []
     batches = [full[i] for i in torch.randperm(len(full), generator=generator).tolist()]
     if batches:
         longest = max(range(len(batches)), key=lambda k: max(lengths[i] for i in batches[k]))
