@@ -30,10 +30,6 @@ from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
 
-# After this many starts (first start plus resumptions after a dead worker) a run fails instead of
-# going back to the queue, so that a run that kills its worker every time cannot loop forever.
-MAX_ATTEMPTS = 3
-
 
 @dataclasses.dataclass(frozen=True)
 class ClaimedRun:
@@ -101,10 +97,11 @@ def heartbeat(db: Database, worker_id: str, run_ids: Iterable[int], now: Optiona
         return result.rowcount
 
 
-def reclaim_expired(db: Database, lease_seconds: float, now: Optional[dt.datetime] = None,
-                    max_attempts: int = MAX_ATTEMPTS) -> list[tuple[int, str]]:
+def reclaim_expired(db: Database, lease_seconds: float, now: Optional[dt.datetime],
+                    max_attempts: int) -> list[tuple[int, str]]:
     """Runs whose worker stopped heart-beating: back to the queue (resumed from their checkpoint by
-    whoever claims them), cancelled when a cancel was pending, failed after ``max_attempts`` starts.
+    whoever claims them), cancelled when a cancel was pending, failed after ``max_attempts`` starts
+    (``WORKBENCH_MAX_ATTEMPTS``: a run that kills its worker every time cannot loop forever).
 
     Returns ``(run_id, new_status)`` for each run this caller moved; a run another worker moved
     first is skipped because each UPDATE re-checks the stale heartbeat.

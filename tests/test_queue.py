@@ -121,7 +121,7 @@ def test_expired_lease_of_a_cancelling_run_ends_cancelled(qwb):
     t = utcnow()
     queue.claim(qwb.db, "dead", now=t)
     assert queue.request_cancel(qwb.db, run_id) == CANCELLING
-    moved = queue.reclaim_expired(qwb.db, 1.0, t + dt.timedelta(seconds=5))
+    moved = queue.reclaim_expired(qwb.db, 1.0, t + dt.timedelta(seconds=5), qwb.settings.max_attempts)
     assert moved == [(run_id, CANCELLED)]
 
 
@@ -129,7 +129,7 @@ def test_finish_is_refused_to_a_stale_attempt(qwb):
     [run_id] = _submit(qwb, 1)
     t = utcnow()
     queue.claim(qwb.db, "old", now=t)
-    queue.reclaim_expired(qwb.db, 1.0, t + dt.timedelta(seconds=5))
+    queue.reclaim_expired(qwb.db, 1.0, t + dt.timedelta(seconds=5), qwb.settings.max_attempts)
     queue.claim(qwb.db, "new")
     assert not queue.finish(qwb.db, run_id, 1, SUCCEEDED)  # the first attempt lost its lease
     assert queue.finish(qwb.db, run_id, 2, SUCCEEDED)
