@@ -69,6 +69,23 @@ def test_list_runs_filters_searches_and_orders(qwb):
         runs.list_runs(qwb, order_by="spec")
 
 
+def test_search_finds_wildcard_characters_literally(qwb):
+    percent = runs.submit_run(qwb, fake_spec(qwb, name="100% of the data"))
+    underscore = runs.submit_run(qwb, fake_spec(qwb, "my_model", name="plain"))
+    slash = runs.submit_run(qwb, fake_spec(qwb, name="a/b split"))
+    runs.submit_run(qwb, fake_spec(qwb, name="ordinary"))
+
+    def found(text):
+        return [r["id"] for r in runs.list_runs(qwb, search=text, order_by="id")]
+
+    assert found("%") == [percent]
+    assert found("_") == [underscore]
+    assert found("y_m") == [underscore]
+    assert found("0% o") == [percent]
+    assert found("/") == [slash]
+    assert found("a/b") == [slash]
+
+
 def test_list_runs_with_1000_runs_is_one_fast_query(qwb):
     with qwb.db.session() as session:
         session.add(Dataset(id="d1", name="reviews", task="text-classification", format="csv", content_hash="h",

@@ -80,9 +80,10 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
     if status:
         stmt = stmt.where(Run.status == status)
     if search:
-        like = f"%{search.lower()}%"
-        stmt = stmt.where(or_(func.lower(Run.name).like(like), func.lower(Run.model).like(like),
-                              func.lower(Run.task).like(like), func.lower(Dataset.name).like(like),
+        # autoescape: `%` and `_` in the search are characters to find, not LIKE wildcards.
+        text = search.lower()
+        stmt = stmt.where(or_(*(func.lower(column).contains(text, autoescape=True)
+                                for column in (Run.name, Run.model, Run.task, Dataset.name)),
                               cast(Run.id, String) == search.strip()))
     stmt = stmt.order_by(column.desc() if descending else column, Run.id.desc() if descending else Run.id)
     with wb.db.session() as session:
