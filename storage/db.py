@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import threading
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Key of the PostgreSQL advisory lock held while the schema is created or upgraded ("wbschema").
+SCHEMA_LOCK_KEY = 0x7762736368656D61
+# Alembic installs its migration context globally: two threads must not migrate at once, even two databases.
+_MIGRATING_IN_THIS_PROCESS = threading.Lock()
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -33,16 +40,58 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+@contextlib.contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """Hold an exclusive lock on ``<database>.lock`` next to a SQLite file (none for an in-memory one)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    lock_path = Path(database).with_name(Path(database).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed, also if this process dies
+        yield
+
+
+def _lock_schema(connection: Connection) -> None:
+    """On PostgreSQL, wait for the transaction-scoped advisory lock that serialises schema changes."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Create or upgrade the schema with Alembic."""
+    """Create or upgrade the schema with Alembic, one process at a time.
+
+    Processes that start together on a fresh database (N workers, a worker next to
+    ``workbench train``) would otherwise all create the same tables; the second one fails.
+    SQLite serialises through a file lock next to the database, PostgreSQL through an
+    advisory lock; whoever comes second finds the schema at head and changes nothing.
+    """
     from alembic import command
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
+    with _MIGRATING_IN_THIS_PROCESS, _sqlite_file_lock(engine), engine.begin() as connection:
+        _lock_schema(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def describe_error(exc: SQLAlchemyError) -> str:
+    """The driver's own sentence (``database is locked``), without the SQL statement SQLAlchemy appends."""
+    reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = str(reason).strip().splitlines()
+    return lines[0] if lines else type(reason).__name__
+
+
+def display_url(url: str) -> str:
+    """``url`` with its password hidden, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "WORKBENCH_DATABASE_URL"
 
 
 class Database:

@@ -12,8 +12,12 @@ from typing import Any, Optional
 
 import click
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
-from workbench.errors import DataValidationError, WorkbenchError
+from storage.db import describe_error
+from workbench.errors import DataValidationError, StorageError, WorkbenchError
+
+log = logging.getLogger(__name__)
 
 app = typer.Typer(help="BERT Workbench: fine-tune BERT-family encoders without writing code.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -64,6 +68,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = 130
     except WorkbenchError as exc:
         code = report_error(exc)
+    except SQLAlchemyError as exc:
+        # A query failed in a way no service expected (the database locked past the timeout, the server gone):
+        # still one line for the user; the traceback only for whoever turns on debug logging.
+        log.debug("database error", exc_info=True)
+        code = report_error(StorageError(f"the database failed: {describe_error(exc)}",
+                                         "try again; if it keeps failing, check the database server or file"))
     except KeyboardInterrupt:
         code = 130
     sys.exit(code if isinstance(code, int) else 0)

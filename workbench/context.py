@@ -4,7 +4,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from storage.db import Database
+from sqlalchemy.exc import SQLAlchemyError
+
+from storage.db import Database, describe_error, display_url
+from workbench.errors import StorageError
 from workbench.settings import Settings
 
 
@@ -33,4 +36,10 @@ def open_workbench(settings: Settings | None = None) -> Workbench:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    return Workbench(settings=settings, db=Database(settings.database_url))
+    try:
+        db = Database(settings.database_url)
+    except SQLAlchemyError as exc:
+        raise StorageError(f"cannot open the database {display_url(settings.database_url)}: {describe_error(exc)}",
+                           "check WORKBENCH_DATABASE_URL (or WORKBENCH_HOME for the default SQLite file) "
+                           "and that the database server is running") from exc
+    return Workbench(settings=settings, db=db)

@@ -6,7 +6,8 @@
     ├── DataValidationError        an uploaded file is invalid; ``.problems`` lists each one
     ├── InvalidState               an action does not fit the current state (cancel a finished run)
     ├── ModelUnavailable           a model is neither local nor downloadable (offline)
-    └── TrainingError              a run failed; ``.hint`` says what to try
+    ├── TrainingError              a run failed; ``.hint`` says what to try
+    └── StorageError               the database cannot be opened or a query failed; ``.hint`` too
 
 The edges translate these once: the CLI prints one line per problem and exits
 with 2, the UI raises ``gr.Error``, the REST API answers with a JSON error.
@@ -41,6 +42,12 @@ class ModelUnavailable(WorkbenchError):
 
 
 class TrainingError(WorkbenchError):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+class StorageError(WorkbenchError):
     def __init__(self, message: str, hint: str = ""):
         super().__init__(message)
         self.hint = hint
