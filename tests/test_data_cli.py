@@ -126,3 +126,12 @@ def test_stderr_has_exactly_one_line_per_problem(cli):
         "squad_bad_start.json (record q-bad-1), column 'answer_start': error: question q-bad-1: answer_start 40 "
         "does not match the answer text 'Seine' (the context there reads ' the ') — the text occurs at "
         "answer_start=45"]
+
+
+def test_validate_prints_a_conll_column_count_error_with_its_line(cli, tmp_path):
+    path = tmp_path / "ner.conll"
+    path.write_text("John\tB-PER\nlives\tO\n\nin\tO\nBerlin B-LOC extra junk\nnow\tO\n")
+    code, out, err = cli("data", "validate", str(path), "--task", "token-classification")
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("ner.conll:5: error: found 4 space-separated columns in 'Berlin B-LOC extra junk'")

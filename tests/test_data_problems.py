@@ -161,3 +161,52 @@ def test_same_text_with_another_label_is_called_out(tmp_path):
     messages = {(w.line, w.message) for w in report.warnings}
     assert messages == {(4, "same text as line 2 but another label; dropped"), (5, "duplicate of line 2; dropped")}
     assert report.warning_counts == {"conflicting duplicate": 1, "duplicate": 1}
+
+
+@pytest.mark.parametrize("text, line, found", [
+    ("John\tB-PER\nlives\tO\n\nin\tO\nBerlin B-LOC extra junk\nnow\tO\n", 5, "4 space-separated columns"),
+    ("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-PER\n", 4, "3 space-separated columns"),
+])
+def test_conll_line_with_another_column_count_is_an_error_naming_its_line(tmp_path, text, line, found):
+    path = tmp_path / "columns.conll"
+    path.write_text(text)
+    (problem,) = errors_of(path, "token-classification")
+    assert problem.line == line and found in problem.message
+    assert "the first line of the file (line 1)" in problem.message
+    assert "same columns" in problem.hint
+
+
+NER_WITH_SLIPS = ("John\tB-PER\nSmith\tI-PER\nlives\tO\nin\tO\nBerlin\tB-LOC\n\n"
+                  "Paris\tB-LOC\nis\tjunk\nnice\tO\nMary\tB-PER\n\nin\tO\nRome\tB-LCO\n")
+
+
+def test_once_only_tag_outside_the_bio_scheme_is_a_warning_naming_its_line(tmp_path):
+    path = tmp_path / "slips.conll"
+    path.write_text(NER_WITH_SLIPS)
+    report = inspect_file(path, "token-classification", tokenizer=False, validation_fraction=0)
+    slips = {w.line: w for w in report.warnings if w.message.startswith("tag ")}
+    assert sorted(slips) == [8, 13] and report.warning_counts == {"odd tag": 2}
+    assert "'junk'" in slips[8].message and "typo" in slips[8].message
+    assert "'B-LCO'" in slips[13].message and slips[13].hint == "did you mean B-LOC?"
+
+
+def test_odd_tag_in_token_jsonl_names_the_record_line_and_the_token(tmp_path):
+    path = tmp_path / "slips.jsonl"
+    path.write_text('{"tokens": ["John", "Smith", "lives"], "tags": ["B-PER", "I-PER", "O"]}\n'
+                    '{"tokens": ["in", "Berlin", "now"], "tags": ["O", "B-LOC", "LOC"]}\n'
+                    '{"tokens": ["Paris", "and", "Mary"], "tags": ["B-LOC", "O", "B-PER"]}\n')
+    report = inspect_file(path, "token-classification", tokenizer=False, validation_fraction=0)
+    (slip,) = report.warnings
+    assert (slip.line, slip.column) == (2, "tags") and slip.message.startswith("token 3: tag 'LOC'")
+    assert slip.hint == "did you mean B-LOC?"
+
+
+def test_tag_checks_leave_pos_tag_sets_and_rare_bio_continuations_alone():
+    """Guards against over-reach: Brown POS has many once-only tags, WNUT a lone I-company, a small file a lone type."""
+    from storage.datasets.read_tokens import scheme_slips
+
+    brown = inspect_file(DATA_DIR / "datasets/real/brown_pos.conll", "token-classification", tokenizer=False)
+    assert "odd tag" not in brown.warning_counts
+    assert scheme_slips({"O": 50, "B-company": 3, "I-company": 1, "B-person": 4}) == {}
+    assert scheme_slips({"O": 50, "B-company": 3, "B-person": 4, "B-product": 1}) == {}  # a rare type, no typo
+    assert list(scheme_slips({"O": 50, "B-company": 3, "I-company": 1, "B-persn": 1, "B-person": 4})) == ["B-persn"]

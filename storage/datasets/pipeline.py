@@ -9,6 +9,7 @@ with the size of the texts.
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import hashlib
 import json
@@ -88,7 +89,9 @@ class _Pass1:
     digests: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
     lines: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
     key_ids: dict[str, int] = dataclasses.field(default_factory=dict)
-    classes: set[str] = dataclasses.field(default_factory=set)
+    classes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    # where each tag first occurs (file, line, token index where a line holds many), to name a once-only tag's line
+    first_tag: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
 
 
 def _digest(text: str) -> int:
@@ -124,6 +127,8 @@ def _first_pass(info: SourceInfo, options: ReadOptions, fmt: str, log_: ProblemL
     count = 0
     for record in _records(info, options.task, fmt, options.columns, log_, details):
         state.classes.update(_classes_of(options.task, record.data))
+        if options.task == "token-classification":
+            _note_first_tags(state.first_tag, info.path.name, record)
         if log_.has_errors:
             continue  # keep reading to report every error, but write nothing more
         out.write(json.dumps(record.data, ensure_ascii=False) + "\n")
@@ -141,6 +146,22 @@ def _classes_of(task: str, data: dict[str, Any]) -> list[str]:
     if task == "token-classification":
         return data["tags"]
     return []
+
+
+def _note_first_tags(first_tag: dict[str, tuple[str, int | None, int | None]], name: str, record: Record) -> None:
+    """Remember where each tag first occurs: its own line (CoNLL), else the record's line and the token."""
+    for i, tag in enumerate(record.data["tags"]):
+        if tag not in first_tag:
+            first_tag[tag] = ((name, record.token_lines[i], None) if record.token_lines
+                              else (name, record.line, i))
+
+
+def _check_tag_scheme(state: _Pass1, problems: ProblemLog) -> None:
+    """Warn, once per tag, about tags that break a BIO file's scheme; needs the counts of the whole upload."""
+    for tag, (what, hint) in read_tokens.scheme_slips(state.classes).items():
+        name, line, token = state.first_tag[tag]
+        problems.warning("odd tag", name, what if token is None else f"token {token + 1}: {what}", line=line,
+                         column=None if token is None else "tags", hint=hint)
 
 
 def _duplicates(digests: np.ndarray) -> np.ndarray:
@@ -212,6 +233,8 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
     boundary = counts[0]
     if state.classes or not problems.has_errors:
         _check_classes(options.task, state.classes, path.name, problems)
+    if options.task == "token-classification":
+        _check_tag_scheme(state, problems)
     if problems.has_errors:
         all_path.unlink(missing_ok=True)
         raise DataValidationError(problems.errors())

@@ -11,7 +11,8 @@ class Record(NamedTuple):
     """One normalized example.
 
     ``key`` groups examples for the split (the first label, or the QA paragraph); ``dedupe`` is the
-    text whose repetition makes an example a duplicate.
+    text whose repetition makes an example a duplicate; ``token_lines`` is the line of each token
+    where a file has one token per line (CoNLL).
     """
 
     line: int | None
@@ -19,6 +20,7 @@ class Record(NamedTuple):
     key: str
     dedupe: str
     record: str | None = None
+    token_lines: tuple[int, ...] | None = None
 
 
 def iter_json_lines(stream: TextIO, name: str, log: ProblemLog) -> Iterator[tuple[int, dict]]:
