@@ -30,6 +30,10 @@ from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
 
+# A run back in the queue shows no step of the attempt that stopped: the next attempt resumes from a
+# checkpoint (an earlier step) and reports where it is once it runs.
+NOT_STARTED: dict[str, Any] = {"step": 0, "progress": 0.0, "epoch": 0.0, "eta_seconds": None}
+
 
 @dataclasses.dataclass(frozen=True)
 class ClaimedRun:
@@ -121,7 +125,7 @@ def reclaim_expired(db: Database, lease_seconds: float, now: Optional[dt.datetim
                 "error": f"the worker running this run stopped responding {attempts} times — "
                          "see the log; retry it once the cause is fixed"}
         else:
-            new, values = QUEUED, {}
+            new, values = QUEUED, dict(NOT_STARTED)
         check_transition(run_id, status, new)
         with db.session() as session:
             result = session.execute(
@@ -150,7 +154,7 @@ def finish(db: Database, run_id: int, attempt: int, status: str, **values: Any) 
 def release(db: Database, run_id: int, attempt: int, current: str, new: str) -> bool:
     """A worker that shuts down hands a run back (queued, or cancelled if a cancel was pending)."""
     check_transition(run_id, current, new)
-    values: dict[str, Any] = {"finished_at": utcnow()} if new == CANCELLED else {}
+    values: dict[str, Any] = {"finished_at": utcnow()} if new == CANCELLED else dict(NOT_STARTED)
     with db.session() as session:
         result = session.execute(
             update(Run).where(Run.id == run_id, Run.attempts == attempt, Run.status == current)
@@ -192,7 +196,7 @@ def requeue(db: Database, run_id: int) -> None:
         result = session.execute(
             update(Run).where(Run.id == run_id, Run.status == current)
             .values(status=QUEUED, attempts=0, cancel_requested=False, error=None, error_detail=None,
-                    finished_at=None, worker_id=None, pid=None, eta_seconds=None)
+                    finished_at=None, worker_id=None, pid=None, **NOT_STARTED)
             .execution_options(synchronize_session=False))
     if result.rowcount != 1:
         raise NotFound(f"run {run_id} changed while it was being retried; try again")

@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, tuple_, update
 
 from jobs import queue
 from jobs.failures import describe_exception, log_tail
 from jobs.progress import Cancelled
 from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
+from jobs.states import ACTIVE
 from storage.db import Database
 from storage.models import CANCELLED, FAILED, SUCCEEDED, Artifact, MetricPoint, Run
 from workbench.context import Workbench
@@ -47,7 +48,13 @@ def _is_rank_zero() -> bool:
 
 class DbReporter:
     """Writes progress and ETA at most once per ``interval`` seconds, each metric point (and the latest
-    metrics) when it comes, and reads the cancel flag at most once per ``interval``."""
+    metrics) when it comes, and reads the cancel flag at most once per ``interval``.
+
+    Each curve holds one point per step at any time: an attempt that resumes from a checkpoint
+    first drops what a lost attempt logged past it, a value logged again at the same step (the
+    final evaluation of the best model, at the last step) replaces the earlier one, and an attempt
+    that no longer owns the run (its lease was taken over, or the run was re-queued) writes nothing.
+    """
 
     def __init__(self, db: Database, run_id: int, attempt: int, interval: float = WRITE_INTERVAL_S):
         self.db, self.run_id, self.attempt, self.interval = db, run_id, attempt, interval
@@ -61,25 +68,19 @@ class DbReporter:
         self._latest: dict[str, float] = {}
         self._points: list[dict[str, Any]] = []
         self._first: Optional[tuple[float, int]] = None  # (time, step) of this attempt's first step, for the ETA
-        self._cleared = False
+        # Set by the attempt's first step: points at or past it were logged by an attempt that was lost
+        # (a dead worker, or a failed run retried) and are replayed now. A retry restarts the attempt count,
+        # so the attempt number cannot tell a first attempt from a resumed one.
+        self._replayed_from: Optional[int] = None
 
     def _owned(self):
-        return (Run.id == self.run_id) & (Run.attempts == self.attempt)
-
-    def _forget_replayed(self, step: int) -> None:
-        """A resumed attempt restarts after its checkpoint: drop the points the lost attempt logged past it."""
-        if self._cleared or self.attempt <= 1 or not self.enabled:
-            self._cleared = True
-            return
-        self._cleared = True
-        with self.db.session() as session:
-            session.execute(delete(MetricPoint).where(MetricPoint.run_id == self.run_id, MetricPoint.step >= step))
+        return (Run.id == self.run_id) & (Run.attempts == self.attempt) & Run.status.in_(ACTIVE)
 
     def progress(self, step: int, total_steps: int, epoch: float) -> None:
-        self._forget_replayed(step)
         now = time.monotonic()
         if self._first is None:
             self._first = (now, step)
+            self._replayed_from = step
         eta = None
         start_time, start_step = self._first
         if step > start_step and total_steps:
@@ -90,7 +91,6 @@ class DbReporter:
             self.flush()
 
     def metrics(self, step: int, epoch: Optional[float], values: Mapping[str, float]) -> None:
-        self._forget_replayed(step)
         for name, value in values.items():
             value = float(value)
             self._latest[name] = value
@@ -116,26 +116,43 @@ class DbReporter:
                 # to whichever worker takes over its lease.
                 self.orphaned = True
             with self.db.session() as session:
-                row = session.execute(select(Run.cancel_requested, Run.attempts).where(Run.id == self.run_id)).first()
-            self.orphaned = self.orphaned or row is None or row.attempts != self.attempt
+                row = session.execute(select(Run.cancel_requested, Run.attempts, Run.status)
+                                      .where(Run.id == self.run_id)).first()
+            self.orphaned = self.orphaned or row is None or row.attempts != self.attempt or row.status not in ACTIVE
             self._cancel = bool(row and row.cancel_requested)
         return self._cancel or self.orphaned
 
     def flush(self) -> None:
         self._last_write = time.monotonic()
-        if not self.enabled:
-            self._points.clear()
+        points, self._points = self._points, []
+        values = dict(self._state)
+        if self._latest:
+            values["metrics"] = dict(self._latest)
+        if not self.enabled or not values:
             return
         with self.db.session() as session:
-            if self._points:
-                session.execute(MetricPoint.__table__.insert(), self._points)
-            values = dict(self._state)
-            if self._latest:
-                values["metrics"] = dict(self._latest)
-            if values:
-                session.execute(update(Run).where(self._owned()).values(**values)
-                                .execution_options(synchronize_session=False))
-        self._points = []
+            # The run's row first: it says whether this attempt still owns the run, and on PostgreSQL its row
+            # lock orders this write against a takeover and against any other writer of the run's points.
+            owned = session.execute(update(Run).where(self._owned()).values(**values)
+                                    .execution_options(synchronize_session=False)).rowcount == 1
+            if not owned:
+                self.orphaned = True
+                return
+            if self._replayed_from is not None:
+                session.execute(delete(MetricPoint).where(MetricPoint.run_id == self.run_id,
+                                                          MetricPoint.step >= self._replayed_from))
+                self._replayed_from = None
+            _replace_points(session, self.run_id, points)
+
+
+def _replace_points(session, run_id: int, points: list[dict[str, Any]]) -> None:
+    """Insert ``points``, replacing any point of the same curve at the same step (the last value wins)."""
+    latest = {(p["name"], p["step"]): p for p in points}
+    if not latest:
+        return
+    session.execute(delete(MetricPoint).where(MetricPoint.run_id == run_id,
+                                              tuple_(MetricPoint.name, MetricPoint.step).in_(list(latest))))
+    session.execute(MetricPoint.__table__.insert(), list(latest.values()))
 
 
 def _dataset_files(wb: Workbench, dataset_id: str) -> tuple[str, Optional[str]]:

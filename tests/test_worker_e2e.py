@@ -84,8 +84,12 @@ def test_kill_9_of_the_worker_then_a_new_worker_resumes_from_the_checkpoint(qwb,
     starts = [json.loads(line.split("run starts: ", 1)[1]) for line in log.splitlines() if "run starts: " in line]
     assert starts[0]["resumed_from"] is None and "checkpoint-" in starts[-1]["resumed_from"]
     assert starts[-1]["total_steps"] == 40
-    steps = [p["step"] for p in runs.run_curves(qwb, run_id)["train/loss"]]
-    assert steps == sorted(set(steps))  # no step logged twice across the two attempts
+    # No step logged twice: not across the two attempts, not by the final evaluation at the last step.
+    curves = runs.run_curves(qwb, run_id)
+    assert "eval/accuracy" in curves and curves["eval/accuracy"][-1]["step"] == 40
+    for name, points in curves.items():
+        steps = [p["step"] for p in points]
+        assert steps == sorted(set(steps)), name
 
 
 def test_cancel_reaches_cancelled_within_10_s_with_a_checkpoint(qwb, tiny, tmp_path):
