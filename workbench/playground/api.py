@@ -30,7 +30,9 @@ def error_status(exc: WorkbenchError) -> int:
 
 
 def error_response(exc: WorkbenchError) -> JSONResponse:
+    """The JSON answer to a refused request, and its one line in the server log (a caller's mistake, no traceback)."""
     status = error_status(exc)
+    log.warning("predict refused (%d): %s", status, " ".join(str(exc).split()))
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse({"error": str(exc), "status": status}, status_code=status, headers=headers)
 

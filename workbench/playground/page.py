@@ -18,6 +18,7 @@ from workbench.playground import service
 from workbench.playground.attention import plot_head, plot_layer, to_image
 from workbench.playground.predictors import MASK_PLACEHOLDER, MLM, PAIR, QA, TOKENS
 from workbench.playground.runtime import Playgrounds
+from workbench.ui.edge import quiet_user_errors
 
 log = logging.getLogger(__name__)
 
@@ -159,4 +160,4 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
         head.release(**attention_args)
         blocks.load(None, None, link, js="() => window.location.href", api_visibility="private")
         copy.click(None, None, None, js=COPY_LINK_JS, api_visibility="private")
-    return blocks
+    return quiet_user_errors(blocks)

@@ -10,6 +10,7 @@ import gradio as gr
 
 from workbench.context import Workbench
 from workbench.ui import compare_tab, data_tab, runs_tab, train_tab
+from workbench.ui.edge import quiet_user_errors
 
 # The selected run lives in the address (?run=N): a reload keeps it and the link can be shared.
 KEEP_RUN_IN_URL = """(rid) => {
@@ -91,4 +92,4 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         # Opening the tab shows fresh rows at once instead of at the next tick.
         runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
         demo.load(compare["on_load"], None, [compare["picker"]])
-    return demo
+    return quiet_user_errors(demo)
