@@ -5,6 +5,7 @@
     ├── NotFound                   a dataset, run, model or playground does not exist
     ├── DataValidationError        an uploaded file is invalid; ``.problems`` lists each one
     ├── InvalidState               an action does not fit the current state (cancel a finished run)
+    ├── Forbidden                  a request names something it may not reach (a server path, a route)
     ├── ModelUnavailable           a model is neither local nor downloadable (offline)
     ├── TrainingError              a run failed; ``.hint`` says what to try
     └── StorageError               the database cannot be opened or a query failed; ``.hint`` too
@@ -35,6 +36,10 @@ class NotFound(WorkbenchError):
 
 class InvalidState(WorkbenchError):
     exit_code = 4
+
+
+class Forbidden(WorkbenchError):
+    exit_code = 2
 
 
 class ModelUnavailable(WorkbenchError):

@@ -89,15 +89,35 @@ def create_app(wb: Workbench, *, worker: bool = True):
     def healthz() -> dict:
         return {"ok": True}
 
+    if users:
+        from workbench.throttle import LoginThrottle, LoginThrottleMiddleware
+
+        app.add_middleware(LoginThrottleMiddleware, throttle=LoginThrottle())
     if _playgrounds_available():
         from workbench.playground.mount import mount_playgrounds
 
         mount_playgrounds(app, wb)
     blocks = build_ui(wb)
+    from workbench.services.datasets import EXAMPLES_DIR
+
     gr.mount_gradio_app(
         app, blocks, path="/", auth=users or None, auth_message="BERT Workbench: please sign in.",
         theme=THEME, css=CSS, ssr_mode=False, show_error=True,
         max_file_size=f"{wb.settings.max_upload_mb}mb", footer_links=["gradio"],
-        allowed_paths=[str(wb.settings.runs_dir)],
+        # Served to logged-in users: run artifacts (the model zip) and the shipped example files.
+        allowed_paths=[str(wb.settings.runs_dir), str(EXAMPLES_DIR)],
+        blocked_paths=_secret_paths(wb),
     )
+    # A mounted app never sets has_launched, and Gradio then skips its own check that a file handed
+    # to an event handler was uploaded by a browser. Switch it on; workbench/ui/uploads.py checks again.
+    blocks.has_launched = True
     return app
+
+
+def _secret_paths(wb: Workbench) -> list[str]:
+    """Files no Gradio route may ever serve, whatever else is allowed: the database and the password file."""
+    paths = [wb.settings.home / "workbench.db"]
+    auth = Path((wb.settings.auth or "").strip()).expanduser()
+    if wb.settings.auth and auth.is_file():
+        paths.append(auth)
+    return [str(p.resolve()) for p in paths]

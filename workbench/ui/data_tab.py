@@ -19,6 +19,7 @@ from workbench.errors import DataValidationError, WorkbenchError
 from workbench.services import datasets as data_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
+from workbench.ui.uploads import received_file
 
 log = logging.getLogger(__name__)
 AUTO = "auto-detect"
@@ -267,11 +268,12 @@ def build(wb) -> DataTab:
                 gr.update(value=view.subtokens, visible=bool(view.subtokens)),
                 picker("text"), picker("text_pair"), picker("label"))
 
+    # Paths from the browser are checked at this edge (received_file); examples are ours and are not.
     def on_upload(path, task_, fmt_, _t, _p, _l, _s, length):
-        return show(check_file(wb, path, task_, fmt_, max_length=length), keep_mapping=False)
+        return show(check_file(wb, received_file(path), task_, fmt_, max_length=length), keep_mapping=False)
 
     def on_recheck(path, task_, fmt_, t, p, l, s, length):
-        return show(check_file(wb, path, task_, fmt_, t, p, l, s, length), keep_mapping=True)
+        return show(check_file(wb, received_file(path), task_, fmt_, t, p, l, s, length), keep_mapping=True)
 
     # QA contexts are long: its default window is 384 tokens, the other tasks' 128 (as in the engine).
     task.change(lambda t: (384 if t == "question-answering" else 128, gr.update(visible=t == "text-classification")),
@@ -286,9 +288,11 @@ def build(wb) -> DataTab:
             return (path, _task, *show(check_file(wb, path, _task, AUTO, max_length=length), keep_mapping=False))
         button.click(load_example, [file_format, max_length], [upload, task, *check_outputs])
 
-    def on_import(*args):
+    def on_import(path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_):
+        path = received_file(path, "training file")
+        validation = received_file(validation, "validation file")
         try:
-            message = import_file(wb, *args)
+            message = import_file(wb, path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_)
         except DataValidationError as exc:
             raise gr.Error("Nothing was imported. " + "; ".join(str(p) for p in exc.problems[:5]))
         except WorkbenchError as exc:
