@@ -248,7 +248,7 @@ def test_runtime_evicts_real_models_under_a_tiny_bound(wb, random_models):
 # ------------------------------------------------------------------ attention
 
 def test_attention_shapes_and_overview_panels(random_models):
-    from workbench.playground.attention import attention_maps, plot_head, plot_layer, to_image
+    from workbench.playground.attention import attention_maps, plot_head, plot_layer, to_html, to_png
     from workbench.playground.predictors import Predictor
 
     predictor = Predictor(random_models["cls"], P.TEXT)
@@ -262,7 +262,11 @@ def test_attention_shapes_and_overview_panels(random_models):
     assert [t.get_text() for t in head.axes[0].get_xticklabels()] == maps.tokens
     overview = plot_layer(maps, layer=0)
     assert len([ax for ax in overview.axes if ax.images]) == maps.heads
-    assert to_image(overview).size[0] > 100
+    png = to_png(overview)
+    assert png.startswith(b"\x89PNG") and len(png) > 1000
+    page = to_html(overview, 'layer 1 <all heads>', "layer1.png")
+    assert page.count("data:image/png;base64,") == 2 and 'download="layer1.png"' in page
+    assert "<all heads>" not in page and "&lt;all heads&gt;" in page
     with pytest.raises(ValueError, match="out of range"):
         plot_head(maps, layer=2, head=0)
 

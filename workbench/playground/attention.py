@@ -2,7 +2,8 @@
 
 ``attention_maps`` is the data (numpy, layers x heads x tokens x tokens, plus
 the tokens); ``plot_head`` and ``plot_layer`` draw it with matplotlib's
-non-interactive backend so the server never needs a display.
+non-interactive backend so the server never needs a display; ``to_html`` puts
+a picture inline in the page.
 """
 from __future__ import annotations
 
@@ -98,13 +99,24 @@ def plot_layer(maps: AttentionMaps, layer: int, columns: int = 4):
     return fig
 
 
-def to_image(fig):
-    """A matplotlib Figure as a PIL image (what gr.Image shows)."""
+def to_png(fig) -> bytes:
+    """A matplotlib Figure as PNG bytes."""
     import io
-
-    from PIL import Image
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    buffer.seek(0)
-    return Image.open(buffer).convert("RGB")
+    return buffer.getvalue()
+
+
+def to_html(fig, alt: str, filename: str) -> str:
+    """A Figure as an inline ``<img>`` with a download link: the picture travels in the page, never as a file.
+
+    A playground serves no files at all (see mount.py), so its heat-maps cannot be Gradio images.
+    """
+    import base64
+    import html
+
+    data = "data:image/png;base64," + base64.b64encode(to_png(fig)).decode("ascii")
+    return (f'<figure class="pg-heatmap" style="margin:0"><img src="{data}" alt="{html.escape(alt)}" '
+            f'style="max-width:100%;height:auto"><figcaption><a href="{data}" download="{html.escape(filename)}">'
+            f"Download PNG</a></figcaption></figure>")

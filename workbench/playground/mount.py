@@ -7,6 +7,12 @@ restart. Every request under ``/play/<slug>`` passes one gate first:
 * unknown or unpublished slug → 404 page that says so;
 * token-protected playground → the token from ``?token=``, ``Authorization:
   Bearer`` or the cookie set on the first visit, else 401 with a token form;
+* only the routes a playground page needs pass (``allowed_route``): the page, its assets, its
+  config and API info, the queue and the calls of its own functions. Gradio's file routes and
+  uploads answer 404/403 here, so a visitor reaches no file of the workbench (its uploads, model
+  zips) and cannot store any; the heat-maps travel inline in the page instead of as files;
+* a POST body is read once, at most ``MAX_BODY`` bytes, and must be JSON that names one of the
+  playground's own functions, else a 4xx JSON error (Gradio itself answers 500 to some of these);
 * then the request goes to that playground's own Gradio app and nowhere else.
 
 The gate is an ASGI middleware (it sees ``/play/...`` before any route), so the
@@ -17,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import logging
 import re
 from typing import Any, Optional
 from urllib.parse import parse_qs, quote, unquote
 
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from workbench.context import Workbench
 from workbench.errors import NotFound, WorkbenchError
@@ -35,6 +42,73 @@ log = logging.getLogger(__name__)
 
 COOKIE = "playground_token"
 _SLUG_PATH = re.compile(rf"^{PLAY_PREFIX}/([a-z0-9-]+)(/.*)?$")
+MAX_BODY = 4 * 10**6  # a QA request of 20,000-character fields fits many times over
+# What a playground page and its API clients (browser, gradio_client, curl) request; nothing else passes.
+_PAGE_ROUTES = frozenset({
+    "/", "/config", "/config/", "/theme.css", "/favicon.ico", "/manifest.json", "/robots.txt", "/pwa_icon",
+    "/gradio_api/info", "/gradio_api/info/", "/gradio_api/queue/join", "/gradio_api/queue/data",
+    "/gradio_api/startup-events", "/gradio_api/app_id", "/gradio_api/app_id/",
+})
+_PAGE_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon/", "/gradio_api/heartbeat/",
+                  "/gradio_api/call/", "/gradio_api/run/", "/gradio_api/api/")
+_UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/upload_progress", "/upload")
+
+
+def allowed_route(rest: str) -> bool:
+    """Whether ``/play/<slug><rest>`` is a route a playground serves (its page, assets, queue, own calls)."""
+    if rest in _PAGE_ROUTES:
+        return True
+    return rest.startswith(_PAGE_PREFIXES) and ".." not in rest and "file=" not in rest
+
+
+def _json_error(message: str, status: int) -> JSONResponse:
+    log.warning("playground request refused (%d): %s", status, message)
+    return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+def check_call_body(rest: str, body: bytes, functions: frozenset[int]) -> Optional[JSONResponse]:
+    """None when a POST body is a JSON object Gradio can run for this playground, else the 4xx answer."""
+    try:
+        payload = json.loads(body or b"null")
+    except (ValueError, RecursionError):
+        return _json_error("the request body is not valid JSON (or is nested too deeply)", 400)
+    if not isinstance(payload, dict) or not isinstance(payload.get("data", []), list):
+        return _json_error('the request body must be a JSON object like {"data": [...]}', 422)
+    if rest == "/gradio_api/queue/join":
+        index = payload.get("fn_index")
+        if isinstance(index, bool) or not isinstance(index, int) or index not in functions:
+            return _json_error(f"fn_index {index!r} is not a function of this playground", 422)
+    return None
+
+
+async def _read_body(receive: Any, limit: int) -> Optional[bytes]:
+    """The whole request body, or None when it is longer than ``limit`` bytes."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that hands the app the body already read, then passes on (disconnects)."""
+    sent = False
+
+    async def replayed() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 def mount_playgrounds(app: Any, wb: Workbench, only_slug: Optional[str] = None) -> Playgrounds:
@@ -77,6 +151,7 @@ class PlaygroundGate:
     def __init__(self, app: Any, wb: Workbench, runtime: Playgrounds, only_slug: Optional[str] = None):
         self.app, self.wb, self.runtime, self.only_slug = app, wb, runtime, only_slug
         self._apps: dict[str, Any] = {}
+        self._functions: dict[str, frozenset[int]] = {}
         self._build_lock = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -90,6 +165,9 @@ class PlaygroundGate:
             # Gradio pages live at a trailing slash; keep the query (the token) across the redirect.
             query = scope.get("query_string", b"").decode("latin-1")
             response = RedirectResponse(f"{PLAY_PREFIX}/{slug}/" + (f"?{query}" if query else ""), status_code=307)
+        if response is None and rest and (scope["type"] != "http" or not allowed_route(rest)):
+            response = (_json_error("playgrounds take no file uploads", 403) if rest.startswith(_UPLOAD_ROUTES)
+                        else _json_error("not found", 404))
         if response is not None:
             if scope["type"] == "http":
                 await response(scope, receive, send)
@@ -101,6 +179,14 @@ class PlaygroundGate:
         except WorkbenchError as exc:
             await _message_page("Playground unavailable", str(exc), error_status(exc))(scope, receive, send)
             return
+        if scope.get("method") == "POST":
+            body = await _read_body(receive, MAX_BODY)
+            refusal = (_json_error(f"the request body is larger than {MAX_BODY:,} bytes", 413) if body is None
+                       else check_call_body(rest, body, self._functions.get(slug, frozenset())))
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+            receive = _replay(body, receive)
         token, from_query = _request_token(scope)
         if from_query and token:
             send = _with_cookie(send, slug, token)
@@ -116,6 +202,7 @@ class PlaygroundGate:
             await run_in_threadpool(self.runtime.target, slug, token)
         except NotFound:
             self._apps.pop(slug, None)
+            self._functions.pop(slug, None)
             return _message_page("Playground not found",
                                  "This playground does not exist or is no longer published.", 404)
         except AccessDenied as exc:
@@ -128,11 +215,12 @@ class PlaygroundGate:
             return self._apps[slug]
         async with self._build_lock:
             if slug not in self._apps:
-                self._apps[slug] = await self._build(slug)
+                self._apps[slug], self._functions[slug] = await self._build(slug)
         return self._apps[slug]
 
-    async def _build(self, slug: str) -> Any:
-        """A holder FastAPI app with the playground's Blocks mounted at /play/<slug> (so Gradio sees its root)."""
+    async def _build(self, slug: str) -> tuple[Any, frozenset[int]]:
+        """A holder FastAPI app with the playground's Blocks mounted at /play/<slug> (so Gradio sees its root),
+        and the indexes of the Blocks' functions (what a queue/join may name)."""
         import gradio as gr
         from fastapi import FastAPI
 
@@ -146,7 +234,7 @@ class PlaygroundGate:
         blocks.run_startup_events()
         await blocks.run_extra_startup_events()
         log.info("playground %s ready at %s/%s/", slug, PLAY_PREFIX, slug)
-        return holder
+        return holder, frozenset(blocks.fns)
 
 
 def _with_cookie(send: Any, slug: str, token: str) -> Any:

@@ -15,7 +15,7 @@ import gradio as gr
 from workbench.context import Workbench
 from workbench.errors import WorkbenchError
 from workbench.playground import service
-from workbench.playground.attention import plot_head, plot_layer, to_image
+from workbench.playground.attention import plot_head, plot_layer, to_html
 from workbench.playground.predictors import MASK_PLACEHOLDER, MLM, PAIR, QA, TOKENS
 from workbench.playground.runtime import Playgrounds
 from workbench.ui.edge import quiet_user_errors
@@ -121,7 +121,11 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
             maps = runtime.attention(slug, values[0], values[1] if len(values) > 1 else None)
             layer_index = min(int(layer), maps.layers) - 1
             head_index = min(int(head), maps.heads) - 1
-            return (to_image(plot_head(maps, layer_index, head_index)), to_image(plot_layer(maps, layer_index)))
+            where = f"layer {layer_index + 1}"
+            return (to_html(plot_head(maps, layer_index, head_index), f"attention of {where}, head {head_index + 1}",
+                            f"attention-layer{layer_index + 1}-head{head_index + 1}.png"),
+                    to_html(plot_layer(maps, layer_index), f"attention of every head of {where}",
+                            f"attention-layer{layer_index + 1}.png"))
         except WorkbenchError as exc:
             raise gr.Error(str(exc)) from None
 
@@ -147,8 +151,8 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
                 head = gr.Slider(1, shape.heads, value=1, step=1, label="Head")
             show = gr.Button("Show attention")
             with gr.Row():
-                head_image = gr.Image(label="Selected head", type="pil", buttons=["download"])
-                layer_image = gr.Image(label="All heads of the layer", type="pil", buttons=["download"])
+                head_image = gr.HTML(label="Selected head", elem_id="pg-head-map")
+                layer_image = gr.HTML(label="All heads of the layer", elem_id="pg-layer-map")
 
         run.click(predict, inputs, [output, raw_json], api_name="predict")
         for box in inputs:
