@@ -1,4 +1,8 @@
-"""REST edge: ``POST /api/v1/predict/<slug>``; workbench errors become JSON errors here, and only here."""
+"""REST edge: ``POST /api/v1/predict/<slug>``; workbench errors become JSON errors here, and only here.
+
+Every refusal is a 4xx JSON error: a body over ``MAX_BODY`` bytes (413), one that is not JSON or is
+nested too deeply to parse (422), a GET (405). The server keeps serving whatever a caller sends.
+"""
 from __future__ import annotations
 
 import json
@@ -15,9 +19,22 @@ from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import API_PREFIX, AccessDenied
 
 log = logging.getLogger(__name__)
+MAX_BODY = 16 * 10**6  # 64 inputs of 20,000 characters, each escaped as \uXXXX, still fit
+
+
+class BodyTooLarge(WorkbenchError):
+    """The request body is longer than MAX_BODY (HTTP 413)."""
+
+
+class MethodNotAllowed(WorkbenchError):
+    """Only POST predicts (HTTP 405)."""
 
 
 def error_status(exc: WorkbenchError) -> int:
+    if isinstance(exc, BodyTooLarge):
+        return 413
+    if isinstance(exc, MethodNotAllowed):
+        return 405
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, AccessDenied):
@@ -33,7 +50,7 @@ def error_response(exc: WorkbenchError) -> JSONResponse:
     """The JSON answer to a refused request, and its one line in the server log (a caller's mistake, no traceback)."""
     status = error_status(exc)
     log.warning("predict refused (%d): %s", status, " ".join(str(exc).split()))
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Allow": "POST"} if status == 405 else None
     return JSONResponse({"error": str(exc), "status": status}, status_code=status, headers=headers)
 
 
@@ -42,23 +59,49 @@ def request_token(request: Request) -> Optional[str]:
     return service.bearer_token(request.headers.get("authorization", "")) or request.query_params.get("token") or None
 
 
+async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The request body, read no further than ``limit`` bytes (BodyTooLarge past that)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the request body has {int(declared):,} bytes; the limit is {limit:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the request body is longer than {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(body: bytes) -> dict:
+    """The ``{"inputs": ...}`` object of a predict request (ConfigError, i.e. 422, for anything else)."""
+    try:
+        payload = json.loads(body or b"null")
+    except RecursionError:
+        raise ConfigError("the request body is nested too deeply to read") from None
+    except ValueError as exc:
+        raise ConfigError(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict) or "inputs" not in payload:
+        raise ConfigError('the request body must be a JSON object like {"inputs": ...}')
+    return payload
+
+
 def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRouter:
     router = APIRouter()
+
+    @router.get(API_PREFIX + "/{slug}", include_in_schema=False)
+    async def predict_get(slug: str) -> JSONResponse:
+        return error_response(MethodNotAllowed(
+            'predict with POST and a JSON body like {"inputs": "your text"}; a GET does not predict'))
 
     @router.post(API_PREFIX + "/{slug}", include_in_schema=False)
     async def predict(slug: str, request: Request) -> JSONResponse:
         if only_slug is not None and slug != only_slug:
             return error_response(NotFound(f"playground {slug!r} does not exist"))
-        body = await request.body()
         try:
-            try:
-                # Auth before parsing: a caller without the token learns nothing about the inputs.
-                await run_in_threadpool(runtime.target, slug, request_token(request))
-                payload = json.loads(body or b"null")
-            except ValueError as exc:
-                raise ConfigError(f"the request body is not valid JSON: {exc}") from None
-            if not isinstance(payload, dict) or "inputs" not in payload:
-                raise ConfigError('the request body must be a JSON object like {"inputs": ...}')
+            # Auth before reading: a caller without the token learns nothing about the inputs.
+            await run_in_threadpool(runtime.target, slug, request_token(request))
+            payload = parse_body(await read_body(request))
             result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], request_token(request))
         except WorkbenchError as exc:
             return error_response(exc)

@@ -74,6 +74,12 @@ def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
             raise InvalidInput(f"{where}: {name!r} must be a non-empty string; expected {_EXPECTED[kind]}")
         if len(value) > MAX_CHARS:
             raise InvalidInput(f"{where}: {name!r} has {len(value)} characters; the limit is {MAX_CHARS}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidInput(f"{where}: {name!r} holds a lone surrogate {value[exc.start]!r} at character "
+                                   f"{exc.start}; send valid Unicode text") from None
     if kind == MLM and MASK_PLACEHOLDER not in item["text"]:
         raise InvalidInput(f"{where}: the text has no {MASK_PLACEHOLDER}; put {MASK_PLACEHOLDER} where a word "
                            "should be filled in")
