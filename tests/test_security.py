@@ -1,0 +1,289 @@
+"""What a logged-in user, a playground visitor and an anonymous client can reach, tried as an attacker would.
+
+The real ``create_app`` with ``WORKBENCH_AUTH`` set runs under uvicorn on a loopback port,
+with one published playground (a tiny trained classifier). Each test names the hole it closes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import playground_support as ps
+from workbench.errors import Forbidden
+from workbench.throttle import LoginThrottle
+from workbench.ui.uploads import received_file, upload_folder
+
+pytestmark = pytest.mark.e2e
+USER, PASSWORD = "alice", "correct horse"
+PASSWD_FILE = "/etc/passwd"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """(server, workbench, playground slug, run id) with WORKBENCH_AUTH on."""
+    from workbench.context import open_workbench
+    from workbench.playground import service
+    from workbench.server import create_app
+    from workbench.settings import Settings
+
+    home = tmp_path_factory.mktemp("home")
+    wb = open_workbench(Settings.from_env({"WORKBENCH_AUTH": f"{USER}:{PASSWORD}"}, home=str(home)))
+    model = ps.train_tiny("text-classification", tmp_path_factory.mktemp("model") / "m")
+    run_id = ps.add_run(wb, "text-classification", model)
+    slug = service.publish(wb, run_id).slug
+    with ps.ServerThread(create_app(wb, worker=False)) as server:
+        yield server, wb, slug, run_id
+    wb.close()
+
+
+@pytest.fixture(scope="module")
+def client(site):
+    from gradio_client import Client
+
+    return Client(site[0].url + "/", auth=(USER, PASSWORD), verbose=False)
+
+
+def anonymous() -> httpx.Client:
+    return httpx.Client(timeout=120)
+
+
+def logged_in(url: str) -> httpx.Client:
+    http = httpx.Client(timeout=120)
+    assert http.post(f"{url}/login", data={"username": USER, "password": PASSWORD}).status_code == 200
+    return http
+
+
+def raw_call(http: httpx.Client, url: str, api: str, data: list, expect: str = "complete") -> object:
+    """Call a UI endpoint over Gradio's HTTP API, as a hostile client can (gradio_client would upload a local
+    file named in a FileData first); returns what the server sent for the ``expect`` event."""
+    event = http.post(f"{url}/gradio_api/call/{api}", json={"data": data}).json()["event_id"]
+    stream = http.get(f"{url}/gradio_api/call/{api}/{event}").text
+    lines = stream.splitlines()
+    assert f"event: {expect}" in lines, stream[:500]
+    return json.loads(lines[lines.index(f"event: {expect}") + 1].removeprefix("data: "))
+
+
+def assert_refused(answer: object) -> None:
+    """Gradio's own check (switched on by the server) or workbench.ui.uploads refused the path, and said so."""
+    text = json.dumps(answer)
+    assert "root:x:0:0" not in text and "SQLite format" not in text
+    assert any(reason in text for reason in ("was not uploaded by a user", "blocked_paths",
+                                             "was not uploaded through this page")), text
+
+
+def server_file(path: str) -> dict:
+    """A FileData naming a server path, as a hostile client can send it."""
+    return {"path": path, "meta": {"_type": "gradio.FileData"}}
+
+
+# ------------------------------------------------------------------ 1. uploads are only uploaded files
+
+def test_received_file_accepts_only_files_inside_the_upload_folder(tmp_path):
+    folder = tmp_path / "uploads"
+    (folder / "abc").mkdir(parents=True)
+    good = folder / "abc" / "data.csv"
+    good.write_text("text,label\nhi,a\n")
+    secret = tmp_path / "workbench.db"
+    secret.write_text("secret")
+    (folder / "abc" / "link.csv").symlink_to(secret)
+    assert received_file(str(good), folder=folder) == good
+    assert received_file({"path": str(good)}, folder=folder) == good
+    assert received_file(None, folder=folder) is None and received_file("", folder=folder) is None
+    for hostile in (str(secret), str(folder / "abc" / ".." / ".." / "workbench.db"), str(folder / "abc" / "link.csv"),
+                    str(folder), str(folder / "abc"), str(folder / "missing.csv"), "/etc/passwd"):
+        with pytest.raises(Forbidden, match="was not uploaded through this page"):
+            received_file(hostile, "training file", folder=folder)
+
+
+def test_upload_handlers_refuse_server_paths(site):
+    server, wb, _, _ = site
+    http = logged_in(server.url)
+    secrets = [PASSWD_FILE, str(wb.settings.home / "workbench.db"), str(wb.settings.home / "uploads" / ".." / "workbench.db")]
+    for path in secrets:
+        for api in ("on_upload", "on_recheck"):
+            refused = raw_call(http, server.url, api, [server_file(path), "masked-lm", "auto-detect", "", "", "", "",
+                                                       128], expect="error")
+            assert_refused(refused)
+        refused = raw_call(http, server.url, "on_import", [server_file(path), "masked-lm", "auto-detect", "", "", "",
+                                                           "", "stolen", None, 0.1, 13], expect="error")
+        assert_refused(refused)
+    from workbench.services import datasets as data_service
+
+    assert data_service.list_datasets(wb) == []
+
+
+def test_validation_file_must_be_uploaded_too(site, tmp_path):
+    from workbench.services import datasets as data_service
+
+    server = site[0]
+    http = logged_in(server.url)
+    train = tmp_path / "train.txt"
+    train.write_text("".join(f"line {i} of a plain text corpus.\n" for i in range(40)))
+    uploaded = http.post(f"{server.url}/gradio_api/upload", files={"files": ("train.txt", train.read_bytes())}).json()[0]
+    refused = raw_call(http, server.url, "on_import", [server_file(uploaded), "masked-lm", "auto-detect", "", "", "",
+                                                       "", "stolen", server_file(PASSWD_FILE), 0.1, 13], expect="error")
+    assert_refused(refused)
+    assert data_service.list_datasets(site[1]) == []
+
+
+def test_a_real_upload_is_still_checked_and_imported(site, client, tmp_path):
+    from gradio_client import handle_file
+
+    from workbench.services import datasets as data_service
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} about the weather.\n" for i in range(40)))
+    view = client.predict(handle_file(str(corpus)), "masked-lm", "auto-detect", "", "", "", "", 128,
+                          api_name="/on_upload")
+    assert view[0].startswith("✔") and "corpus.txt" in view[0]
+    message, _ = client.predict(handle_file(str(corpus)), "masked-lm", "auto-detect", "", "", "", "", "weather",
+                                None, 0.1, 13, api_name="/on_import")
+    assert "Imported as **weather**" in message
+    stored = data_service.list_datasets(site[1])
+    assert [d.name for d in stored] == ["weather"]
+    data_service.delete_dataset(site[1], stored[0].id)
+
+
+# ------------------------------------------------------------------ 2. + 3. playgrounds serve only themselves
+
+def test_playground_routes_serve_no_workbench_file(site, client, tmp_path):
+    server, wb, slug, run_id = site
+    csv = tmp_path / "private.csv"
+    csv.write_text("text,label\nconfidential row,a\n")
+    uploaded = logged_in(server.url).post(f"{server.url}/gradio_api/upload",
+                                          files={"files": ("private.csv", csv.read_bytes())}).json()[0]
+    (zip_update,) = raw_call(logged_in(server.url), server.url, "on_download", [run_id])
+    model_zip = zip_update["value"]["path"]
+    assert Path(model_zip).name.endswith("-model.zip") and Path(model_zip).is_file()
+    http = anonymous()
+    for path in (uploaded, model_zip, str(wb.settings.runs_dir / str(run_id) / "validation.jsonl"), "/etc/passwd"):
+        assert http.get(f"{server.url}/gradio_api/file={path}").status_code in (401, 403)  # the login holds
+        for route in (f"gradio_api/file={path}", f"file={path}", f"gradio_api/file/{path.lstrip('/')}"):
+            answer = http.get(f"{server.url}/play/{slug}/{route}")
+            assert answer.status_code == 404, (route, answer.status_code)
+            assert b"confidential" not in answer.content and b"PK" not in answer.content[:2]
+    # Other Gradio routes a playground has no use for are closed too.
+    for route in ("monitoring", "gradio_api/proxy=http://127.0.0.1/", "login", "gradio_api/run-history/records"):
+        assert http.get(f"{server.url}/play/{slug}/{route}").status_code == 404, route
+    # The page, its config and its queue still work.
+    assert http.get(f"{server.url}/play/{slug}/").status_code == 200
+    assert http.get(f"{server.url}/play/{slug}/config").json()["root"].rstrip("/").endswith(f"/play/{slug}")
+
+
+def test_playground_refuses_uploads(site):
+    server, _, slug, _ = site
+    before = sum(1 for _ in upload_folder().rglob("*")) if upload_folder().exists() else 0
+    http = anonymous()
+    big = os.urandom(2 * 10**6)
+    for route in ("gradio_api/upload", "gradio_api/upload?upload_id=x", "upload"):
+        answer = http.post(f"{server.url}/play/{slug}/{route}", files={"files": ("big.bin", big)})
+        assert answer.status_code == 403 and answer.json()["error"] == "playgrounds take no file uploads"
+    after = sum(1 for _ in upload_folder().rglob("*")) if upload_folder().exists() else 0
+    assert after == before
+
+
+# ------------------------------------------------------------------ 5. hostile bodies get 4xx, the server keeps serving
+
+def test_hostile_rest_bodies_are_4xx_json(site):
+    server, _, slug, _ = site
+    url = f"{server.url}/api/v1/predict/{slug}"
+    http = anonymous()
+    deep = b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    cases = [
+        (deep, 422, "nested too deeply"),
+        (b'{"inputs": "\\ud800"}', 422, "lone surrogate"),
+        (b'{"inputs": {"text": "ok \\udfff"}}', 422, "lone surrogate"),
+        (b"x" * (16 * 10**6 + 1), 413, "limit is 16,000,000"),
+    ]
+    for body, status, needle in cases:
+        answer = http.post(url, content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == status, (needle, answer.status_code, answer.text[:200])
+        assert needle in answer.json()["error"]
+    get = http.get(url)
+    assert get.status_code == 405 and get.headers["allow"] == "POST" and "POST" in get.json()["error"]
+    assert http.post(url, json={"inputs": "a great film"}).status_code == 200
+
+
+def test_hostile_queue_calls_are_4xx_json(site):
+    server, _, slug, _ = site
+    join = f"{server.url}/play/{slug}/gradio_api/queue/join"
+    http = anonymous()
+    body = {"data": ["a great film"], "session_hash": "attacker", "event_data": None, "trigger_id": None}
+    for payload, status, needle in [
+        (json.dumps({**body, "fn_index": 999}).encode(), 422, "fn_index 999 is not a function"),
+        (json.dumps({**body, "fn_index": "0"}).encode(), 422, "is not a function"),
+        (json.dumps({**body, "fn_index": 0, "data": "x"}).encode(), 422, '{"data": [...]}'),
+        (b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+        (b"\xff\xfe not json", 400, "not valid JSON"),
+        (b"y" * (4 * 10**6 + 1), 413, "larger than 4,000,000 bytes"),
+    ]:
+        answer = http.post(join, content=payload, headers={"content-type": "application/json"})
+        assert answer.status_code == status, (needle, answer.status_code, answer.text[:200])
+        assert needle in answer.json()["error"]
+    from gradio_client import Client
+
+    visitor = Client(f"{server.url}/play/{slug}/", verbose=False)
+    assert visitor.predict("a great film", api_name="/predict")[0]["label"] in ("pos", "neg")
+    # gradio_client cannot even encode a lone surrogate; a raw call can, and gets the task's 4xx-style message.
+    event = http.post(f"{server.url}/play/{slug}/gradio_api/call/predict", content=b'{"data": ["bad \\ud800 text"]}',
+                      headers={"content-type": "application/json"}).json()["event_id"]
+    stream = http.get(f"{server.url}/play/{slug}/gradio_api/call/predict/{event}").text
+    assert "event: error" in stream and "lone surrogate" in stream, stream[:300]
+
+
+# ------------------------------------------------------------------ 7. sign-in throttling
+
+def test_throttle_locks_after_repeated_failures_and_backs_off():
+    now = [1000.0]
+    throttle = LoginThrottle(max_failures=5, max_failures_per_ip=20, lock_s=30, max_lock_s=900,
+                             clock=lambda: now[0])
+    for _ in range(4):
+        throttle.failed("1.2.3.4", "alice")
+    assert throttle.retry_after("1.2.3.4", "alice") == 0
+    throttle.failed("1.2.3.4", "Alice ")  # the same user, however it is typed
+    assert throttle.retry_after("1.2.3.4", "alice") == 30
+    assert throttle.retry_after("1.2.3.4", "bob") == 0  # another user from the same address
+    assert throttle.retry_after("5.6.7.8", "alice") == 0  # the same user from elsewhere
+    now[0] += 31
+    assert throttle.retry_after("1.2.3.4", "alice") == 0
+    throttle.failed("1.2.3.4", "alice")  # one more failure after the lock locks again, twice as long
+    assert throttle.retry_after("1.2.3.4", "alice") == 60
+    now[0] += 61
+    throttle.succeeded("1.2.3.4", "alice")
+    for _ in range(4):
+        throttle.failed("1.2.3.4", "alice")
+    assert throttle.retry_after("1.2.3.4", "alice") == 0  # a success started the count afresh
+
+
+def test_throttle_locks_an_address_that_tries_many_users():
+    throttle = LoginThrottle(max_failures=5, max_failures_per_ip=20, clock=lambda: 0.0)
+    for i in range(20):
+        throttle.failed("9.9.9.9", f"user{i}")
+    assert throttle.retry_after("9.9.9.9", "somebody-new") > 0
+    assert throttle.retry_after("8.8.8.8", "somebody-new") == 0
+
+
+def test_throttle_memory_is_bounded():
+    throttle = LoginThrottle(max_keys=100, clock=lambda: 0.0)
+    for i in range(500):
+        throttle.failed(f"10.0.{i // 250}.{i % 250}", "x")
+    assert len(throttle._records) <= 100
+
+
+def test_wrong_passwords_are_locked_out_at_the_login_route(site):
+    server, _, _, _ = site
+    http = anonymous()
+    answers = [http.post(f"{server.url}/login", data={"username": "mallory", "password": f"guess{i}"})
+               for i in range(30)]
+    codes = [a.status_code for a in answers]
+    assert codes[:5] == [400] * 5 and set(codes[5:]) == {429}, codes
+    assert 0 < int(answers[5].headers["retry-after"]) <= 30
+    assert "Too many failed sign-ins" in answers[5].json()["detail"]
+    # Locked out: even the right password is not looked at, so a guesser cannot find it.
+    assert http.post(f"{server.url}/login", data={"username": "mallory", "password": "x"}).status_code == 429
+    # Another user from the same address still signs in.
+    assert http.post(f"{server.url}/login", data={"username": USER, "password": PASSWORD}).status_code == 200
