@@ -134,6 +134,17 @@ def test_gradio_client_named_api(server, published, kind):
     assert list(info["named_endpoints"]) == ["/predict"]
 
 
+def test_empty_page_input_asks_for_text(server, published):
+    from gradio_client import Client
+
+    for kind, message in (("text-classification", "Type some text first."),
+                          ("question-answering", "Type a question and a context first.")):
+        client = Client(f"{server.url}/play/{published[kind].slug}/", verbose=False)
+        args = ["  "] if kind == "text-classification" else ["", " "]
+        with pytest.raises(Exception, match=re.escape(message)):
+            client.predict(*args, api_name="/predict")
+
+
 def test_token_is_enforced(server, published):
     slug = published["masked-lm"].slug
     url = f"{server.url}/api/v1/predict/{slug}"

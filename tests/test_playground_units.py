@@ -97,6 +97,25 @@ def test_card_and_examples(wb, random_models):
     assert P.resolve_kind("text-classification", examples) == P.PAIR
 
 
+def test_card_shows_scores_not_housekeeping():
+    from workbench.playground.page import card_markdown
+
+    recorded = {"accuracy": 0.98924, "f1_macro": 0.9712, "eval_and_checkpoint_seconds": 41.2, "peak_gpu_mb": 0.0,
+                "trainable_parameters": 22714000.0, "train_samples_per_second": 51.0, "eval_loss": 0.04}
+    assert service.card_metrics("text-classification", recorded) == {"accuracy": 0.98924, "f1_macro": 0.9712}
+    # A task without headline metrics recorded keeps its scores, never timings, memory, sizes or losses.
+    assert service.card_metrics("masked-lm", {"mlm_accuracy": 0.41, "peak_rss_mb": 900.0, "train_seconds": 3.0,
+                                              "eval_loss": 2.0}) == {"mlm_accuracy": 0.41}
+    card = {"title": "Reviews", "base_model": "all-MiniLM-L6-v2", "dataset": "sms", "train_examples": 1935,
+            "validation_examples": 516, "date": "2026-12-01 12:00 UTC",
+            "metrics": service.card_metrics("text-classification", recorded)}
+    text = card_markdown(card, "text-classification")
+    assert "accuracy **0.989** · macro F1 **0.971**" in text
+    assert "|" not in text and "Text classification" in text and "1935 training, 516 validation" in text
+    for housekeeping in ("seconds", "peak", "2.2714e+07", "parameters", "e+0"):
+        assert housekeeping not in text
+
+
 def test_export_zip_and_offline_push(wb, random_models, monkeypatch):
     run_id = ps.add_run(wb, "text-classification", random_models["cls"])
     path = service.export_zip(wb, run_id)

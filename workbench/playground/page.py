@@ -30,15 +30,29 @@ _FIELDS = {PAIR: ("text", "text_pair"), QA: ("question", "context")}
 COPY_LINK_JS = "() => { navigator.clipboard && navigator.clipboard.writeText(window.location.href); }"
 
 
+_METRIC_NAMES = {"accuracy": "accuracy", "f1_macro": "macro F1", "entity_f1": "entity F1",
+                 "token_accuracy": "token accuracy", "f1": "F1", "exact_match": "exact match",
+                 "perplexity": "perplexity", "nsp_accuracy": "NSP accuracy"}
+
+
+def _metric_value(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
+
+
 def card_markdown(card: dict[str, Any], kind: str) -> str:
-    """The model card as Markdown (pure, so tests can check it says what it should)."""
+    """The model card as Markdown (pure, so tests can check it says what it should).
+
+    Facts on one line each rather than a table: narrow table cells broke words ("classific ation").
+    """
     size = ", ".join(f"{n} {what}" for n, what in ((card["train_examples"], "training"),
                                                   (card["validation_examples"], "validation")) if n is not None)
-    metrics = " · ".join(f"{k} **{v:g}**" for k, v in sorted(card["metrics"].items())) or "none recorded"
+    metrics = " · ".join(f"{_METRIC_NAMES.get(k, k.replace('_', ' '))} **{_metric_value(v)}**"
+                         for k, v in card["metrics"].items()) or "none recorded"
+    trained = f"{card['dataset']} ({size} examples)" if size else card["dataset"]
+    date = f" · {card['date']}" if card["date"] else ""
     return (f"# {card['title']}\n"
-            f"| task | base model | dataset | metrics | date |\n|---|---|---|---|---|\n"
-            f"| {TASK_TITLES.get(kind, kind)} | `{card['base_model']}` | {card['dataset']}"
-            f"{f' ({size} examples)' if size else ''} | {metrics} | {card['date']} |")
+            f"**{TASK_TITLES.get(kind, kind)}** with `{card['base_model']}`, fine-tuned on {trained}{date}\n\n"
+            f"Validation scores: {metrics}")
 
 
 def fields_of(kind: str) -> tuple[str, ...]:
@@ -104,6 +118,10 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
     examples = _example_rows(service.validation_examples(wb, slug), fields, kind)
 
     def predict(*values: str):
+        missing = [_FIELD_LABELS[f].lower() for f, v in zip(fields, values) if not (v or "").strip()]
+        if missing:
+            raise gr.Error(f"Type {' and '.join('a ' + m for m in missing)} first." if len(fields) > 1
+                           else "Type some text first.")
         item = dict(zip(fields, values))
         raw = item if len(fields) > 1 else values[0]
         try:

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
+from jobs.spec import HEADLINE_METRICS
 from storage.models import SUCCEEDED, Dataset, Playground, Run
 from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
@@ -184,11 +185,21 @@ def _count_lines(path: Optional[Path]) -> Optional[int]:
         return sum(1 for line in handle if line.strip())
 
 
+_HOUSEKEEPING = ("seconds", "peak_", "per_second", "param", "runtime", "step", "epoch", "loss", "_mb")
+
+
 def _scalar_metrics(metrics: Any) -> dict[str, float]:
     if not isinstance(metrics, dict):
         return {}
     return {k: round(float(v), 4) for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def card_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
+    """The scores a visitor cares about: the task's headline metrics, else any score that is no timing,
+    memory, size or loss figure (a card shows no ``eval_and_checkpoint_seconds`` or ``peak_gpu_mb``)."""
+    headline = {k: metrics[k] for k in HEADLINE_METRICS.get(task, ()) if k in metrics}
+    return headline or {k: v for k, v in metrics.items() if not any(h in k for h in _HOUSEKEEPING)}
 
 
 def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
@@ -206,6 +217,7 @@ def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
             val = Path(data["validation_path"]) if data.get("validation_path") else None
             n_train, n_val = _count_lines(train_path), _count_lines(val)
         metrics = _scalar_metrics(run.metrics) or _scalar_metrics(_read_json(target.output_dir / "metrics.json"))
+        metrics = card_metrics(run.task, metrics)
         date = run.finished_at or run.created_at
         return {
             "title": run.name or f"{run.task} model (run {run.id})",
