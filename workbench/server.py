@@ -105,7 +105,7 @@ def create_app(wb: Workbench, *, worker: bool = True):
         theme=THEME, css=CSS, ssr_mode=False, show_error=True,
         max_file_size=f"{wb.settings.max_upload_mb}mb", footer_links=["gradio"],
         # Served to logged-in users: run artifacts (the model zip) and the shipped example files.
-        allowed_paths=[str(wb.settings.runs_dir), str(EXAMPLES_DIR)],
+        allowed_paths=[str(wb.settings.runs_dir.resolve()), str(EXAMPLES_DIR)],
         blocked_paths=_secret_paths(wb),
     )
     # A mounted app never sets has_launched, and Gradio then skips its own check that a file handed

@@ -19,10 +19,12 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+from workbench.asgi import read_body, replay
 
 log = logging.getLogger(__name__)
 LOGIN_PATHS = ("/login", "/login/")
@@ -91,33 +93,6 @@ class LoginThrottle:
             del self._records[min(self._records, key=lambda k: self._records[k].first_at)]
 
 
-async def _read(receive: Any, limit: int) -> Optional[bytes]:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        size += len(message.get("body", b""))
-        if size > limit:
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-def _replaying(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replayed() -> dict:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
 class LoginThrottleMiddleware:
     """ASGI middleware: ``POST /login`` passes ``throttle`` first; the app's answer is counted."""
 
@@ -128,11 +103,11 @@ class LoginThrottleMiddleware:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in LOGIN_PATHS:
             await self.app(scope, receive, send)
             return
-        body = await _read(receive, MAX_FORM_BYTES)
+        body = await read_body(receive, MAX_FORM_BYTES)
         if body is None:
             await JSONResponse({"detail": "the sign-in form is too large"}, status_code=413)(scope, receive, send)
             return
-        form = await Request(scope, _replaying(body, receive)).form()
+        form = await Request(scope, replay(body, receive)).form()
         user = str(form.get("username") or "")
         await form.close()
         ip = (scope.get("client") or ("unknown", 0))[0]
@@ -150,7 +125,7 @@ class LoginThrottleMiddleware:
                 status["code"] = message["status"]
             await send(message)
 
-        await self.app(scope, _replaying(body, receive), counted)
+        await self.app(scope, replay(body, receive), counted)
         if status.get("code") == 200:
             self.throttle.succeeded(ip, user)
         elif status.get("code") in (400, 401, 403):

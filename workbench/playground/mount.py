@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, quote, unquote
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from workbench.asgi import read_body, replay
 from workbench.context import Workbench
 from workbench.errors import NotFound, WorkbenchError
 from workbench.playground.api import build_router, error_status
@@ -79,36 +80,6 @@ def check_call_body(rest: str, body: bytes, functions: frozenset[int]) -> Option
         if isinstance(index, bool) or not isinstance(index, int) or index not in functions:
             return _json_error(f"fn_index {index!r} is not a function of this playground", 422)
     return None
-
-
-async def _read_body(receive: Any, limit: int) -> Optional[bytes]:
-    """The whole request body, or None when it is longer than ``limit`` bytes."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    """A ``receive`` that hands the app the body already read, then passes on (disconnects)."""
-    sent = False
-
-    async def replayed() -> dict:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 def mount_playgrounds(app: Any, wb: Workbench, only_slug: Optional[str] = None) -> Playgrounds:
@@ -180,13 +151,13 @@ class PlaygroundGate:
             await _message_page("Playground unavailable", str(exc), error_status(exc))(scope, receive, send)
             return
         if scope.get("method") == "POST":
-            body = await _read_body(receive, MAX_BODY)
+            body = await read_body(receive, MAX_BODY)
             refusal = (_json_error(f"the request body is larger than {MAX_BODY:,} bytes", 413) if body is None
                        else check_call_body(rest, body, self._functions.get(slug, frozenset())))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-            receive = _replay(body, receive)
+            receive = replay(body, receive)
         token, from_query = _request_token(scope)
         if from_query and token:
             send = _with_cookie(send, slug, token)
