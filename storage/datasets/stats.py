@@ -5,6 +5,7 @@ import collections
 import functools
 import importlib.resources
 import logging
+import math
 import random
 from typing import Any
 
@@ -120,12 +121,24 @@ def token_lengths(tokenizer: Any, task: str, samples: list[dict[str, Any]]) -> n
     return np.asarray(lengths, dtype=np.int64)
 
 
+def length_bin_edges(shortest: int, longest: int, bins: int = 10) -> np.ndarray:
+    """Whole-number edges of half-open bins ``[e_i, e_i+1)`` covering ``shortest..longest``.
+
+    Lengths are whole numbers: fractional edges (numpy's default) split one length over several
+    bins, so a tiny file whose examples are all 9 tokens long drew ten bars labelled "9–9".
+    """
+    width = max(1, math.ceil((longest - shortest + 1) / bins))
+    count = math.ceil((longest - shortest + 1) / width)
+    return shortest + width * np.arange(count + 1)
+
+
 def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, sampled: bool,
                    population: int) -> dict[str, Any]:
-    """Mean, median, p95, max, the share longer than ``max_length`` and a 10-bin histogram."""
+    """Mean, median, p95, max, the share longer than ``max_length`` and a histogram of at most 10 bins."""
     if len(lengths) == 0:
         return {"tokenizer": tokenizer, "max_length": max_length, "count": 0}
-    counts, edges = np.histogram(lengths, bins=10)
+    edges = length_bin_edges(int(lengths.min()), int(lengths.max()))
+    counts, _ = np.histogram(lengths, bins=edges)
     return {
         "tokenizer": tokenizer,
         "max_length": max_length,
@@ -137,5 +150,5 @@ def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, samp
         "p95": int(np.percentile(lengths, 95)),
         "max": int(lengths.max()),
         "truncated_share": round(float((lengths > max_length).mean()), 4),
-        "histogram": {"counts": counts.tolist(), "edges": [round(float(e), 1) for e in edges]},
+        "histogram": {"counts": counts.tolist(), "edges": [int(e) for e in edges]},
     }

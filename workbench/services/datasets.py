@@ -20,9 +20,10 @@ from storage.datasets import ColumnMapping, DatasetReport, DatasetStore, ReadOpt
 from storage.datasets.formats import check_task
 from storage.datasets.stats import load_tokenizer
 from storage.datasets.store import content_address, dataset_id, file_sha256
-from storage.models import Dataset
+from jobs.states import ACTIVE
+from storage.models import QUEUED, Dataset, Run
 from workbench.context import Workbench
-from workbench.errors import ConfigError, NotFound
+from workbench.errors import ConfigError, InvalidState, NotFound
 
 __all__ = ["DatasetReport", "DatasetSummary", "EXAMPLES", "delete_dataset", "dataset_files", "example_path",
            "get_dataset", "import_dataset", "inspect_file", "list_datasets", "validate_file"]
@@ -217,9 +218,17 @@ def get_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
 
 
 def delete_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
-    """Remove the row and the folder. Runs that used the dataset keep their results (their link becomes empty)."""
+    """Remove the row and the folder. Runs that used the dataset keep their results (their link becomes empty).
+
+    Refused while a queued or running run still has to read the dataset's files.
+    """
     with wb.db.session() as session:
         row = _find_row(session, id_or_name)
+        waiting = session.scalars(select(Run.id).where(Run.dataset_id == row.id,
+                                                       Run.status.in_((QUEUED, *ACTIVE))).order_by(Run.id)).all()
+        if waiting:
+            raise InvalidState(f"dataset {row.id} is still needed by queued or running run(s) "
+                               f"{', '.join(map(str, waiting))}; wait for them or cancel them, then delete it")
         summary = DatasetSummary.from_row(row)
         session.delete(row)
     DatasetStore(wb.settings.datasets_dir).remove(summary.id)

@@ -57,11 +57,21 @@ def _require(session, run_id: int) -> Run:
     return run
 
 
+def _require_dataset(session, dataset_id: str) -> Dataset:
+    """The stored dataset a run trains on; a deleted (or never imported) one is refused before queueing,
+    where the user still sees the form, not minutes later in a failed run."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} no longer exists (it was deleted, or never imported); "
+                       "import the file again and pick the new dataset")
+    return dataset
+
+
 def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0) -> int:
     """Queue a run; a worker picks it up. Returns its id."""
     with wb.db.session() as session:
-        if spec.data.dataset_id and session.get(Dataset, spec.data.dataset_id) is None:
-            raise NotFound(f"dataset {spec.data.dataset_id} does not exist; import it first")
+        if spec.data.dataset_id:
+            _require_dataset(session, spec.data.dataset_id)
         if not spec.data.dataset_id and not spec.data.train_path:
             raise ConfigError("the run has no training data: give a dataset id or a train file")
         if spec.init_from_run is not None:
@@ -141,6 +151,10 @@ def cancel_run(wb: Workbench, run_id: int) -> str:
 
 def retry_run(wb: Workbench, run_id: int) -> int:
     """Queue a failed or cancelled run again, under the same id; it resumes from its last checkpoint."""
+    with wb.db.session() as session:
+        dataset_id = ((_require(session, run_id).spec or {}).get("data") or {}).get("dataset_id")
+        if dataset_id:
+            _require_dataset(session, dataset_id)
     queue.requeue(wb.db, run_id)
     return run_id
 
