@@ -48,11 +48,13 @@ def test_refused_ui_actions_log_one_line_each_and_no_traceback(served, tmp_path,
     client = Client(served, verbose=False)
     capfd.readouterr()
     caplog.set_level(logging.WARNING)
-    with pytest.raises(Exception, match="Nothing was imported"):
-        client.predict(handle_file(str(bad)), "token-classification", "auto-detect", "", "", "", "", "", None, 0.1,
-                       13, api_name="/on_import")
-    with pytest.raises(Exception, match="no dataset 'no-such-dataset'"):
+    # A refused import is shown in the import status with its problems; the stored-datasets table is untouched.
+    status, _ = client.predict(handle_file(str(bad)), "token-classification", "auto-detect", "", "", "", "", "",
+                               None, 0.1, 13, api_name="/on_import")
+    assert status.startswith("✘ Nothing was imported") and "ner.conll, line 5" in status
+    with pytest.raises(Exception, match="no dataset 'no-such-dataset'") as refused:
         client.predict("no-such-dataset", api_name="/on_delete")
+    assert "workbench data list" not in str(refused.value)  # CLI hints stay in the terminal and the log
     with pytest.raises(Exception, match="Pick a dataset first"):
         client.predict("", api_name="/on_ask")
     err = capfd.readouterr().err

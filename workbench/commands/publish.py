@@ -1,7 +1,6 @@
 """`workbench publish|unpublish|playgrounds`: share a finished run as a playground page and API."""
 from __future__ import annotations
 
-import secrets
 from typing import Optional
 
 import typer
@@ -37,7 +36,7 @@ def publish(
     if generate_token and token:
         raise typer.BadParameter("give --token or --generate-token, not both")
     with open_workbench(Settings.from_env(host=host, port=port) if standalone else None) as wb:
-        info = service.publish(wb, run_id, token=secrets.token_urlsafe(16) if generate_token else token)
+        info = service.publish(wb, run_id, token=service.new_token() if generate_token else token)
         base = _base_url(wb.settings)
         link = f"{base}{info.url_path}" + (f"?token={info.token}" if info.token else "")
         payload = {**info.to_dict(), "url": link}

@@ -132,9 +132,18 @@ def unpublish(wb: Workbench, slug: str) -> PlaygroundInfo:
         return _info(pg, run)
 
 
-def list_playgrounds(wb: Workbench, include_inactive: bool = False) -> list[PlaygroundInfo]:
+def new_token() -> str:
+    """A fresh access token (22 URL-safe characters): what "generate a token" hands out, shown once."""
+    return secrets.token_urlsafe(16)
+
+
+def list_playgrounds(wb: Workbench, include_inactive: bool = False,
+                     run_id: Optional[int] = None) -> list[PlaygroundInfo]:
+    """Published playgrounds, newest first; only those of ``run_id`` when given."""
     with wb.db.session() as session:
         query = select(Playground, Run).join(Run, Run.id == Playground.run_id).order_by(Playground.id.desc())
+        if run_id is not None:
+            query = query.where(Playground.run_id == run_id)
         if not include_inactive:
             query = query.where(Playground.active.is_(True))
         return [_info(pg, run) for pg, run in session.execute(query).all()]

@@ -15,7 +15,7 @@ from workbench.ui.edge import quiet_user_errors
 # The selected run lives in the address (?run=N): a reload keeps it and the link can be shared.
 KEEP_RUN_IN_URL = """(rid) => {
   const url = new URL(window.location.href);
-  if (rid === null || rid === undefined || rid === "") url.searchParams.delete("run");
+  if (rid === null || rid === undefined || rid === "" || Number(rid) <= 0) url.searchParams.delete("run");
   else url.searchParams.set("run", String(rid));
   window.history.replaceState(null, "", url);
 }"""
@@ -51,11 +51,11 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         with gr.Tabs(selected="data") as tabs:
             with gr.Tab("Data", id="data", elem_id="tab-data"):
                 data = data_tab.build(wb)
-            with gr.Tab("Train", id="train", elem_id="tab-train"):
+            with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab_item:
                 train = train_tab.build(wb)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab_item:
                 runs = runs_tab.build(wb)
-            with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab_item:
                 compare = compare_tab.build(wb)
 
         # Submit → the Runs tab with the new run selected.
@@ -75,9 +75,19 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         # Runs → Train, pre-filled with the run's spec (clone and edit).
         def clone_and_edit(rid):
             spec = runs_tab.run_spec(wb, rid)
-            return (gr.Tabs(selected="train"), rid, *train.fill(wb, spec))
+            return (gr.Tabs(selected="train"), rid, *train.fill(wb, spec, runs_tab.selected_run(rid)))
 
         runs.clone.click(clone_and_edit, [runs.run_id], [tabs, train.clone_of, *train.fields])
+
+        # Pickers are read again whenever what they list may have changed: their tab opens, a dataset is
+        # imported or deleted, a run is submitted (nothing is remembered from page load).
+        refresh_fn, refresh_inputs, refresh_outputs = train.refresh_datasets
+        train_tab_item.select(refresh_fn, refresh_inputs, refresh_outputs, show_progress="hidden")
+        for event in (data.import_event, data.delete_event):
+            event.then(refresh_fn, refresh_inputs, refresh_outputs, show_progress="hidden")
+        compare_tab_item.select(compare["refresh"], compare["picker"], [compare["picker"]], show_progress="hidden")
+        train.submit_event.success(compare["refresh"], compare["picker"], [compare["picker"]],
+                                   show_progress="hidden")
 
         def open_linked_run(request: gr.Request):
             rid = run_from_query(dict(request.query_params) if request else {})
@@ -91,5 +101,5 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         demo.load(load_fn, load_inputs, runs.load_outputs)
         # Opening the tab shows fresh rows at once instead of at the next tick.
         runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
-        demo.load(compare["on_load"], None, [compare["picker"]])
+        demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
     return quiet_user_errors(demo)

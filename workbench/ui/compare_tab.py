@@ -112,5 +112,18 @@ def build(wb) -> dict[str, Any]:
     go.click(on_compare, [picker], [message, metrics, diff, per_class, curve, overlay, curves_state])
     curve.change(lambda name, curves: overlay_svg(curves or {}, name), [curve, curves_state],
                  [overlay])
-    refresh.click(lambda: gr.update(choices=run_choices(wb)), None, [picker])
-    return {"picker": picker, "on_load": lambda: gr.update(choices=run_choices(wb))}
+    def on_refresh(chosen):
+        """Fresh choices; the runs already picked stay picked while they still exist."""
+        choices = run_choices(wb)
+        ids = {value for _, value in choices}
+        return gr.update(choices=choices, value=[r for r in (chosen or []) if _as_id(r) in ids])
+
+    refresh.click(on_refresh, [picker], [picker])
+    return {"picker": picker, "refresh": on_refresh}
+
+
+def _as_id(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

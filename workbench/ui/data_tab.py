@@ -26,6 +26,9 @@ AUTO = "auto-detect"
 FORMATS = (AUTO, "csv", "tsv", "jsonl", "conll", "squad", "text")
 DATASET_HEADERS = ["ID", "Name", "Task", "Format", "Train", "Validation", "Labels", "Created"]
 SUBTOKEN_HEADERS = ["Example", "Word", "Sub-tokens", "Label given to each sub-token"]
+# More bars than this are a smear (a POS tag set has 50–150 tags): the rest are summed into one "other" bar.
+LABEL_BARS = 20
+VALIDATION_PREVIEW_ROWS = 5
 
 
 @dataclasses.dataclass
@@ -42,6 +45,8 @@ class DataView:
     columns: list[str]
     mapping: dict[str, Optional[str]]
     ok: bool
+    subtokens_title: str = ""
+    label_count: int = 0  # labels in the file; the chart shows at most LABEL_BARS bars
 
 
 def _columns_arg(text: str, pair: str, label: str, separator: str) -> Any:
@@ -111,8 +116,26 @@ def check_file(wb, path: str | None, task: str, file_format: str = AUTO, text: s
     preview = pd.DataFrame([{k: fmt.short_value(v, 110) for k, v in row.items()} for row in preview_rows])
     subtokens = subtoken_rows(preview_rows[:3]) if task == "token-classification" else []
     return DataView(_summary(report, name), fmt.problems_rows(report.get("warnings") or []), preview,
-                    plots.label_distribution(report.get("labels")), plots.token_length_frame(stats),
-                    plots.token_length_caption(stats), subtokens, detected, mapping, True)
+                    plots.label_distribution(report.get("labels"), top=LABEL_BARS), plots.token_length_frame(stats),
+                    plots.token_length_caption(stats), subtokens, detected, mapping, True,
+                    subtoken_title(preview_rows) if subtokens else "", len(report.get("labels") or {}))
+
+
+def validation_view(view: DataView, path: str | None) -> tuple[str, list[list[Any]], pd.DataFrame]:
+    """The validation file's check as (status, problems, a short preview) — the same check as the training file."""
+    if not path:
+        return "", [], pd.DataFrame()
+    status = view.status.replace("✔ ", "✔ Validation file: ", 1) if view.ok else view.status.replace(
+        "✘ ", "✘ Validation file: ", 1)
+    return status, view.problems, view.preview.head(VALIDATION_PREVIEW_ROWS)
+
+
+def subtoken_title(records: list[dict[str, Any]]) -> str:
+    """The sub-token table's title: "NER" only when the tags are BIO entity tags, else tagging (POS, chunks)."""
+    tags = {str(t) for r in records for t in (r.get("tags") or [])}
+    bio = bool(tags) and all(t == "O" or t[:2] in ("B-", "I-") for t in tags)
+    kind = "NER" if bio else "Tagging"
+    return f"{kind}: how sub-tokens get labels (the first sub-token of a word carries its tag)"
 
 
 def subtoken_rows(records: list[dict[str, Any]], tokenizer: Any = None) -> list[list[Any]]:
@@ -154,7 +177,7 @@ def dataset_rows(wb) -> list[list[Any]]:
 
 def import_file(wb, path: str | None, task: str, file_format: str, text: str, pair: str, label: str,
                 separator: str, name: str, validation_file: str | None, fraction: float, seed: int) -> str:
-    """Import the checked file; returns a status line (problems raise ``gr.Error`` at the edge)."""
+    """Import the checked file; returns a status line (problems raise, ``on_import`` shows them)."""
     if not path:
         raise gr.Error("Upload a file first.")
     summary = data_service.import_dataset(
@@ -184,6 +207,8 @@ class DataTab:
     use_dataset: gr.Button
     selected_dataset: gr.Textbox
     task: gr.Dropdown
+    import_event: Any  # the events that change the stored datasets (other tabs' pickers follow them)
+    delete_event: Any
 
 
 def build(wb) -> DataTab:
@@ -222,14 +247,21 @@ def build(wb) -> DataTab:
         label_plot = gr.HTML(elem_id="data-labels")
         length_plot = gr.HTML(elem_id="data-lengths")
     length_caption = gr.Markdown()
-    subtokens = gr.Dataframe(headers=SUBTOKEN_HEADERS, label="NER: how sub-tokens get labels", visible=False,
+    subtokens = gr.Dataframe(headers=SUBTOKEN_HEADERS, label="How sub-tokens get labels", visible=False,
                              interactive=False, elem_id="data-subtokens", max_height=300)
     with gr.Accordion("Import: name and validation split", open=True):
         with gr.Row():
             name = gr.Textbox(label="Dataset name", placeholder="defaults to the file name")
-            validation_file = gr.File(label="Validation file (optional)", type="filepath", height=100)
+            validation_file = gr.File(label="Validation file (optional)", type="filepath", height=100,
+                                      elem_id="data-validation")
             fraction = gr.Slider(0.02, 0.5, value=0.1, step=0.01, label="Validation share (when no file)")
             seed = gr.Number(13, label="Split seed", precision=0)
+        validation_status = gr.Markdown(elem_id="data-validation-status")
+        validation_problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Validation file: problems and warnings",
+                                           interactive=False, visible=False, wrap=True,
+                                           elem_id="data-validation-problems")
+        validation_preview = gr.Dataframe(label="Validation file: first records", interactive=False, wrap=True,
+                                          visible=False, max_height=240, elem_id="data-validation-preview")
         import_button = gr.Button("Import dataset", variant="primary", elem_id="data-import")
         import_status = gr.Markdown()
     gr.Markdown("### Stored datasets")
@@ -258,14 +290,15 @@ def build(wb) -> DataTab:
             return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
         return (view.status, gr.update(value=view.problems, visible=bool(view.problems)),
                 gr.update(value=view.preview, visible=bool(len(view.preview))),
-                plots.bar_chart_svg(view.labels, "label", "count", "Label distribution", x_title="label",
+                plots.bar_chart_svg(view.labels, "label", "count", label_chart_title(view), x_title="label",
                                     empty="Upload a file to see its labels."),
                 plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
                                     colour_by="part", x_title="tokens per example",
                                     colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
                                     empty="Token lengths appear here."),
                 view.lengths_caption,
-                gr.update(value=view.subtokens, visible=bool(view.subtokens)),
+                gr.update(value=view.subtokens, visible=bool(view.subtokens),
+                          label=view.subtokens_title or "How sub-tokens get labels"),
                 picker("text"), picker("text_pair"), picker("label"))
 
     # Paths from the browser are checked at this edge (received_file); examples are ours and are not.
@@ -288,19 +321,39 @@ def build(wb) -> DataTab:
             return (path, _task, *show(check_file(wb, path, _task, AUTO, max_length=length), keep_mapping=False))
         button.click(load_example, [file_format, max_length], [upload, task, *check_outputs])
 
+    def on_validation(path, task_, fmt_, t, p, l, s, length):
+        """The validation file gets the training file's check (same function, same mapping) and a preview."""
+        path = received_file(path, "validation file")
+        status, rows, head = validation_view(check_file(wb, path, task_, fmt_, t, p, l, s, length), path)
+        return (status, gr.update(value=rows, visible=bool(rows)), gr.update(value=head, visible=bool(len(head))))
+
+    validation_inputs = [validation_file, *check_inputs[1:]]
+    validation_outputs = [validation_status, validation_problems, validation_preview]
+    validation_file.upload(on_validation, validation_inputs, validation_outputs)
+    validation_file.clear(on_validation, validation_inputs, validation_outputs)
+
     def on_import(path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_):
+        """Import; a refusal is shown in the import status with its problems, the stored table stays as it is."""
         path = received_file(path, "training file")
         validation = received_file(validation, "validation file")
         try:
-            message = import_file(wb, path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_)
+            return import_file(wb, path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_), \
+                dataset_rows(wb)
         except DataValidationError as exc:
-            raise gr.Error("Nothing was imported. " + "; ".join(str(p) for p in exc.problems[:5]))
+            message = "Nothing was imported. " + "; ".join(str(p) for p in exc.problems[:5])
+            detail = fmt.problems_markdown(exc.problems)
+        except gr.Error as exc:
+            message, detail = exc.message, ""
         except WorkbenchError as exc:
-            raise gr.Error(str(exc))
-        return message, dataset_rows(wb)
+            message, detail = str(exc), ""
+        log.warning("import refused: %s", " ".join(message.split()))
+        if detail:
+            return f"✘ Nothing was imported: fix these problems and import again.\n\n{detail}", gr.skip()
+        return f"✘ Nothing was imported: {fmt.ui_message(message)}", gr.skip()
 
-    import_button.click(on_import, [upload, task, file_format, text_col, pair_col, label_col, separator, name,
-                                    validation_file, fraction, seed], [import_status, datasets])
+    import_event = import_button.click(on_import, [upload, task, file_format, text_col, pair_col, label_col,
+                                                   separator, name, validation_file, fraction, seed],
+                                       [import_status, datasets])
 
     def on_pick(evt: gr.SelectData, rows):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -325,10 +378,13 @@ def build(wb) -> DataTab:
 
     delete_dataset.click(on_ask, [selected_dataset], [confirm_row, confirm_text])
     keep_dataset.click(lambda: gr.update(visible=False), None, [confirm_row])
-    confirm_delete.click(on_delete, [selected_dataset], [confirm_row, selected_dataset, datasets])
-    return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task)
+    delete_event = confirm_delete.click(on_delete, [selected_dataset], [confirm_row, selected_dataset, datasets])
+    return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task,
+                   import_event=import_event, delete_event=delete_event)
 
 
-def refresh(wb) -> list[list[Any]]:
-    """Rows of the stored-datasets table (page load)."""
-    return dataset_rows(wb)
+def label_chart_title(view: DataView) -> str:
+    """"Label distribution", saying so when the rarest labels are summed into one "other" bar."""
+    if view.label_count > len(view.labels):
+        return f"Label distribution (top {len(view.labels) - 1} of {view.label_count} labels, the rest as other)"
+    return "Label distribution"

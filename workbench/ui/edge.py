@@ -5,6 +5,8 @@ included, unless that error was created with ``print_exception=False``. Rather t
 the flag at each ``raise``, ``quiet_user_errors`` wraps every handler of a finished ``Blocks``
 once: a ``gr.Error`` or a ``WorkbenchError`` is logged as one WARNING line under the handler's
 module and re-raised without a traceback. Any other exception is a bug and keeps its traceback.
+The log line keeps the whole message; the browser gets it without the CLI hints the services add
+for the terminal (``ui_message``): a command line is no help in a web page.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from workbench.errors import WorkbenchError
+from workbench.ui.format import ui_message
 
 
 def _action(fn: Callable) -> str:
@@ -35,10 +38,11 @@ def guard(fn: Callable) -> Callable:
         except gr.Error as exc:
             log.warning("%s refused: %s", action, " ".join(str(exc.message).split()))
             exc.print_exception = False
+            exc.message = ui_message(exc.message)
             raise
         except WorkbenchError as exc:
             log.warning("%s refused: %s", action, " ".join(str(exc).split()))
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(ui_message(exc), print_exception=False) from None
 
     return guarded
 

@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import html
 import json
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from jobs.spec import HEADLINE_METRICS
@@ -200,6 +201,18 @@ def _canonical(value: Any) -> str:
 def short_value(value: Any, limit: int = 60) -> str:
     text = MISSING if value is None else (value if isinstance(value, str) else json.dumps(value, default=str))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# A clause that points at a command: "; `workbench runs list` shows the runs there are", "(see `workbench x`)".
+_CLI_HINT = re.compile(r"\s*(?:[;:,—-]\s*[^;:()`]*`workbench[^`]*`[^;.()]*|\((?:[^()]*?)`workbench[^`]*`[^()]*\))")
+
+
+def ui_message(message: Any) -> str:
+    """A service message as the browser shows it: CLI hints (`` `workbench …` ``) are for the terminal, so
+    the clause that carries one is dropped; what is wrong stays."""
+    text = str(message)
+    stripped = re.sub(r"\s{2,}", " ", _CLI_HINT.sub("", text)).strip()
+    return stripped or text
 
 
 def problems_rows(problems: Iterable[Any]) -> list[list[Any]]:

@@ -24,15 +24,24 @@ def _curve_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame.astype({"step": "int64", "value": "float64", "curve": "str"})
 
 
-def label_distribution(labels: Mapping[str, Any] | None) -> pd.DataFrame:
-    """``{label: count}`` (or ``{entity_type: count}``) as rows, most frequent first."""
+def label_distribution(labels: Mapping[str, Any] | None, top: int | None = None) -> pd.DataFrame:
+    """``{label: count}`` (or ``{entity_type: count}``) as rows, most frequent first.
+
+    With ``top``, at most ``top`` rows: the ``top - 1`` most frequent labels and one
+    "other (N labels)" row with the rest summed, so a 124-tag set stays a readable chart.
+    """
     rows = []
     for label, count in (labels or {}).items():
         if isinstance(count, Mapping):  # per-split counts: {"train": n, "validation": m}
             count = sum(v for v in count.values() if isinstance(v, (int, float)))
         rows.append({"label": str(label), "count": int(count)})
     frame = pd.DataFrame(rows, columns=["label", "count"]).astype({"label": "str", "count": "int64"})
-    return frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
+    frame = frame.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)
+    if top is not None and len(frame) > top >= 2:
+        rest = frame.iloc[top - 1:]
+        other = pd.DataFrame([{"label": f"other ({len(rest)} labels)", "count": int(rest["count"].sum())}])
+        frame = pd.concat([frame.iloc[: top - 1], other.astype(frame.dtypes.to_dict())], ignore_index=True)
+    return frame
 
 
 def histogram_bins(stats: Mapping[str, Any]) -> list[tuple[float, float, int]]:
@@ -63,6 +72,19 @@ def histogram_bins(stats: Mapping[str, Any]) -> list[tuple[float, float, int]]:
     return bins
 
 
+def bin_label(low: float, high: float, last: bool = False) -> str:
+    """The token lengths a histogram bin holds: ``[low, high)``, or ``[low, high]`` when ``last``.
+
+    Lengths are whole numbers, so a bin is labelled by the whole numbers inside it: ``10–14``, or ``9``
+    for a one-length bin. A bin with none (narrow bins of a tiny file) is labelled by its edges.
+    """
+    first = math.ceil(low)
+    end = math.floor(high) if last or high != math.floor(high) else int(high) - 1
+    if end < first:
+        return f"{low:g}–{high:g}"
+    return str(first) if end == first else f"{first}–{end}"
+
+
 def token_length_frame(stats: Mapping[str, Any] | None) -> pd.DataFrame:
     """Histogram bars, each marked ``kept`` or ``truncated`` against the max length.
 
@@ -72,9 +94,12 @@ def token_length_frame(stats: Mapping[str, Any] | None) -> pd.DataFrame:
     stats = stats or {}
     max_length = stats.get("max_length")
     rows = []
-    for low, high, count in histogram_bins(stats):
+    bins = histogram_bins(stats)
+    for index, (low, high, count) in enumerate(bins):
         part = TRUNCATED if max_length is not None and low >= max_length else KEPT
-        rows.append({"tokens": f"{int(low)}–{int(high)}", "low": low, "count": count, "part": part})
+        # numpy-style edges (older datasets) close the last bin at the longest example.
+        closed = index == len(bins) - 1 and high == stats.get("max")
+        rows.append({"tokens": bin_label(low, high, last=closed), "low": low, "count": count, "part": part})
     frame = pd.DataFrame(rows, columns=["tokens", "low", "count", "part"])
     return frame.astype({"tokens": "str", "low": "float64", "count": "int64", "part": "str"})
 

@@ -30,7 +30,13 @@ STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled")
 SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
          "most progress": "-progress", "recently finished": "-finished_at"}
 PER_CLASS_HEADERS = ["Class / entity", "Precision", "Recall", "F1", "Support"]
-ERROR_HEADERS = ["Input", "Gold", "Predicted", "Score"]
+# Gold, predicted and score first: they are what a reader compares; the input is truncated last.
+ERROR_HEADERS = ["Gold", "Predicted", "Score", "Input"]
+ERROR_INPUT_CHARS = 160
+EMPTY_STATE = ("<div id='run-empty' class='wb-muted'><b>No run selected.</b> Click a row in the table to open a "
+               "run: its curves, log, metrics, errors and spec appear here.</div>")
+NO_RUN_KEY = "none"
+SHARE_HEADERS = ["Slug", "Link", "Access", "Created"]
 
 
 def list_page(wb, status: str = ALL, search: str = "", sort: str = "newest first",
@@ -125,7 +131,7 @@ def confusion_parts(tables: dict[str, Any]) -> tuple[list[str], list[list[float]
 
 
 def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list[Any]]:
-    """Validation examples the model got wrong: input, gold, predicted, score.
+    """Validation examples the model got wrong: gold, predicted, score, then the (truncated) input.
 
     For token tagging only the words whose tag is wrong are listed (``word: tag``), so a
     long sentence with one mistake reads as that one mistake.
@@ -150,9 +156,9 @@ def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list
                 text = f"{text} ‖ {p['text_pair']}"
         if isinstance(score, dict):  # multi-label: the probability of each label
             score = max(score.values()) if score else None
-        rows.append([fmt.short_value(text, 300), gold if isinstance(gold, str) else fmt.short_value(gold, 200),
-                     predicted if isinstance(predicted, str) else fmt.short_value(predicted, 200),
-                     fmt.format_metric(score) if isinstance(score, (int, float)) else fmt.MISSING])
+        rows.append([fmt.short_value(gold, 200), fmt.short_value(predicted, 200),
+                     fmt.format_metric(score) if isinstance(score, (int, float)) else fmt.MISSING,
+                     fmt.short_value(text, ERROR_INPUT_CHARS)])
         if len(rows) >= limit:
             break
     return rows
@@ -184,17 +190,31 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
 
 
+def selected_run(rid: Any) -> Optional[int]:
+    """The selected run id, or None: an empty ``gr.Number`` arrives as None, "" or 0 (ids start at 1)."""
+    try:
+        value = int(rid)
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
 DETAIL_OUTPUTS = 9  # header, loss, metric curves, log, final metrics, per class, confusion, errors, spec
 
 
 def detail_values(wb, rid: Any, last_key: str) -> tuple:
     """Values for the details panel plus the new key; ``gr.skip()`` for all of them when nothing changed."""
-    if rid is None or rid == "":
-        return ("", *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
+    rid = selected_run(rid)
+    if rid is None:
+        # Cleared once (a deleted run's details must not linger), then skipped on every tick.
+        if last_key == NO_RUN_KEY:
+            return (*[gr.skip()] * DETAIL_OUTPUTS, last_key)
+        return (EMPTY_STATE, "", "", "", [], [], "", [], "", NO_RUN_KEY)
     try:
-        view = run_view(wb, int(rid), last_key)
+        view = run_view(wb, rid, last_key)
     except WorkbenchError as exc:
-        return (f"<p class='wb-muted'>{fmt.html.escape(str(exc))}</p>", *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
+        return (f"<p class='wb-muted'>{fmt.html.escape(fmt.ui_message(exc))}</p>",
+                *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
     if view is None:
         return (*[gr.skip()] * DETAIL_OUTPUTS, last_key)
     return (view.header, plots.line_chart_svg(view.loss, "Loss"),
@@ -211,6 +231,7 @@ def tick_values(wb, status: str, search: str, sort: str, page: int, rid: Any, la
 
 def run_spec(wb, run_id: int | None) -> dict[str, Any]:
     """The spec of a run, for clone-and-edit (``gr.Error`` when no run is selected)."""
+    run_id = selected_run(run_id)
     if run_id is None:
         raise gr.Error("Pick a run first (click its row in the table).")
     try:
@@ -227,6 +248,62 @@ def _playground_service():
     return service
 
 
+def inline(action, *args) -> str:
+    """Run a sharing action; a refusal becomes a "✘" line where its result would show, not a bare error badge."""
+    try:
+        return action(*args)
+    except (WorkbenchError, gr.Error) as exc:
+        message = exc.message if isinstance(exc, gr.Error) else str(exc)
+        log.warning("%s refused: %s", getattr(action, "__name__", "action"), " ".join(str(message).split()))
+        return f"✘ {fmt.ui_message(message)}"
+
+
+def playground_rows(wb, run_id: Any) -> list[list[Any]]:
+    """The selected run's published playgrounds: slug, link, access, created (newest first)."""
+    service, rid = _playground_service(), selected_run(run_id)
+    if service is None or rid is None:
+        return []
+    return [[p.slug, f"[{p.url_path}]({p.url_path})", "token" if p.has_token else "public",
+             fmt.format_time(p.created_at)] for p in service.list_playgrounds(wb, run_id=rid)]
+
+
+def publish_playground(wb, run_id: Any, with_token: bool) -> str:
+    """Publish the run; the message carries the link and, when asked for, the generated token (shown once)."""
+    service, rid = _playground_service(), selected_run(run_id)
+    if rid is None:
+        raise gr.Error("Pick a run first (click its row in the table).")
+    info = service.publish(wb, rid, token=service.new_token() if with_token else None)
+    path = info.url_path
+    if not info.token:
+        return (f"✔ Playground published: [{path}]({path}) — share this link; it opens only the playground, "
+                "never the workbench. Anyone with the link can use it.")
+    with_link = f"{path}?token={info.token}"
+    return (f"✔ Playground published: [{path}]({path}), protected by an access token.\n\n"
+            f"**Token (shown only now, it is not stored — copy it):** `{info.token}`\n\n"
+            f"Link that opens it with the token: [{with_link}]({with_link}) · API: "
+            f"`POST {info.api_path}` with `Authorization: Bearer {info.token}`")
+
+
+def unpublish_playground(wb, slug: str | None) -> str:
+    """Take one playground down; its page and API answer 404 from the next request on."""
+    if not (slug or "").strip():
+        raise gr.Error("Pick the playground to unpublish (its slug).")
+    _playground_service().unpublish(wb, slug.strip())
+    return f"✔ Playground **{slug.strip()}** unpublished: its link no longer works."
+
+
+def push_model(wb, run_id: Any, repo_id: str, token: str, private: bool) -> str:
+    """Push the run's model to the Hugging Face Hub; offline this fails with one clear sentence."""
+    rid = selected_run(run_id)
+    if rid is None:
+        raise gr.Error("Pick a run first (click its row in the table).")
+    if not (repo_id or "").strip():
+        raise gr.Error("Give the Hub repository as user-or-org/model-name.")
+    url = _playground_service().push_to_hub(wb, rid, repo_id.strip(), token=(token or "").strip() or None,
+                                           private=bool(private))
+    return f"✔ Pushed run #{rid} to [{url}]({url})."
+
+
 @dataclasses.dataclass
 class RunsTab:
     run_id: gr.Number
@@ -234,6 +311,7 @@ class RunsTab:
     clone: gr.Button
     load_outputs: list
     on_load: Any
+    run_buttons: list  # disabled until a run is selected
 
 
 def build(wb) -> RunsTab:
@@ -245,46 +323,78 @@ def build(wb) -> RunsTab:
         caption = gr.Markdown(elem_id="runs-caption")
     table = gr.Dataframe(headers=fmt.RUN_TABLE_HEADERS, interactive=False, elem_id="runs-table", max_height=420,
                          column_widths=["6%", "16%", "11%", "15%", "7%", "13%", "13%", "11%", "10%"])
+    playgrounds = _playground_service()
     with gr.Row():
         run_id = gr.Number(None, label="Selected run (click a row)", precision=0, elem_id="runs-selected",
                            min_width=120)
-        cancel = gr.Button("Cancel", size="sm", variant="stop")
-        retry = gr.Button("Retry", size="sm")
-        clone = gr.Button("Clone and edit", size="sm")
+        # Every action needs a run: they stay disabled until one is selected.
+        cancel = gr.Button("Cancel", size="sm", variant="stop", interactive=False)
+        retry = gr.Button("Retry", size="sm", interactive=False)
+        clone = gr.Button("Clone and edit", size="sm", interactive=False)
         extra_epochs = gr.Number(1, label="More epochs", precision=1, min_width=90)
-        continue_button = gr.Button("Continue training", size="sm")
-        delete = gr.Button("Delete…", size="sm", variant="stop")
-        download = gr.Button("Download model (.zip)", size="sm")
-        playgrounds = _playground_service()
-        publish = gr.Button("Publish playground", size="sm", variant="primary", visible=playgrounds is not None)
+        continue_button = gr.Button("Continue training", size="sm", interactive=False)
+        delete = gr.Button("Delete…", size="sm", variant="stop", interactive=False)
+        download = gr.Button("Download model (.zip)", size="sm", interactive=False)
+        publish = gr.Button("Publish playground…", size="sm", variant="primary", visible=playgrounds is not None,
+                            interactive=False, elem_id="runs-publish")
     with gr.Row(visible=False) as confirm_row:
         confirm_text = gr.Markdown()
         confirm_delete = gr.Button("Yes, delete it and its files", variant="stop", size="sm")
         keep = gr.Button("Keep it", size="sm")
     action_status = gr.Markdown(elem_id="runs-action-status")
     zip_file = gr.File(label="Model archive", visible=False)
-    header = gr.HTML(elem_id="run-header")
-    with gr.Tabs():
-        with gr.Tab("Curves"):
+    header = gr.HTML(EMPTY_STATE, elem_id="run-header")
+    with gr.Tabs(selected="curves") as detail_tabs:
+        with gr.Tab("Curves", id="curves"):
             with gr.Row():
                 loss_plot = gr.HTML(elem_id="run-loss")
                 metric_plot = gr.HTML(elem_id="run-metric-curves")
-        with gr.Tab("Log"):
+        with gr.Tab("Log", id="log"):
             log_box = gr.Code(label="Log (last 200 lines)", language=None, elem_id="run-log", interactive=False,
                               max_lines=30)
-        with gr.Tab("Metrics"):
+        with gr.Tab("Metrics", id="metrics"):
             final_metrics = gr.Dataframe(headers=["Metric", "Value"], interactive=False, elem_id="run-metrics")
             per_class = gr.Dataframe(headers=PER_CLASS_HEADERS, interactive=False, label="Per class / entity")
             confusion = gr.HTML(label="Confusion matrix")
-        with gr.Tab("Errors"):
-            gr.Markdown("Validation examples the model got wrong (gold vs predicted).", elem_classes="wb-muted")
-            errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420)
-        with gr.Tab("Spec"):
+        with gr.Tab("Errors", id="errors"):
+            gr.Markdown("Validation examples the model got wrong: gold vs predicted, then the input (shortened; "
+                        "the full records are in the run's predictions.jsonl).", elem_classes="wb-muted")
+            errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420,
+                                  elem_id="run-errors", column_widths=["16%", "16%", "8%", "60%"])
+        with gr.Tab("Spec", id="spec"):
             spec = gr.Code(language="json", interactive=False)
+        if playgrounds is not None:
+            with gr.Tab("Share", id="share", elem_id="run-share"):
+                gr.Markdown("A playground is a page and an API for this run's model that colleagues open from a "
+                            "link; it never opens the workbench. Only succeeded runs can be published.",
+                            elem_classes="wb-muted")
+                with gr.Row():
+                    share_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
+                                              elem_id="share-token")
+                    share_publish = gr.Button("Publish a new playground", variant="primary", interactive=False,
+                                              elem_id="share-publish")
+                share_status = gr.Markdown(elem_id="share-status")
+                share_list = gr.Dataframe(headers=SHARE_HEADERS, datatype=["str", "markdown", "str", "str"],
+                                          interactive=False, label="This run's playgrounds", elem_id="share-list")
+                with gr.Row():
+                    share_slug = gr.Dropdown([], label="Playground to unpublish", elem_id="share-slug", scale=3)
+                    share_unpublish = gr.Button("Unpublish", variant="stop", size="sm", interactive=False,
+                                                elem_id="share-unpublish", scale=1)
+                gr.Markdown("**Push to the Hugging Face Hub** — needs internet; offline, download the zip instead.")
+                with gr.Row():
+                    hub_repo = gr.Textbox(label="Repository", placeholder="user-or-org/model-name", scale=2,
+                                          elem_id="hub-repo")
+                    hub_token = gr.Textbox(label="Hub token (not stored)", type="password", scale=2)
+                    hub_private = gr.Checkbox(True, label="Private repository")
+                    hub_push = gr.Button("Push to the Hub", size="sm", interactive=False, elem_id="hub-push")
+                hub_status = gr.Markdown(elem_id="hub-status")
     shown_key = gr.State("")
     timer = gr.Timer(POLL_SECONDS)
 
     detail_outputs = [header, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion, errors, spec]
+    run_buttons = [cancel, retry, clone, continue_button, delete, download, publish]
+    if playgrounds is not None:
+        run_buttons += [share_publish, hub_push]
 
     def detail(rid, last_key):
         return detail_values(wb, rid, last_key)
@@ -305,11 +415,18 @@ def build(wb) -> RunsTab:
     table.select(on_row, [table], [run_id])
     run_id.change(lambda rid: detail(rid, ""), [run_id], [*detail_outputs, shown_key], show_progress="hidden")
 
+    def on_selection(rid):
+        chosen = selected_run(rid) is not None
+        return [gr.update(interactive=chosen) for _ in run_buttons]
+
+    run_id.change(on_selection, [run_id], run_buttons, show_progress="hidden")
+
     def act(action, rid, *args):
+        rid = selected_run(rid)
         if rid is None:
             raise gr.Error("Pick a run first (click its row in the table).")
         try:
-            return action(int(rid), *args)
+            return action(rid, *args)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 
@@ -323,7 +440,7 @@ def build(wb) -> RunsTab:
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
     continue_button.click(on_continue, [run_id, extra_epochs], [action_status, run_id])
-    delete.click(lambda rid: (gr.update(visible=rid is not None),
+    delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
                               f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
                  [run_id], [confirm_row, confirm_text])
     keep.click(lambda: gr.update(visible=False), None, [confirm_row])
@@ -341,19 +458,36 @@ def build(wb) -> RunsTab:
     download.click(on_download, [run_id], [zip_file])
 
     if playgrounds is not None:
-        def on_publish(rid):
-            info = fmt.as_dict(act(lambda r: playgrounds.publish(wb, r), rid))
-            path = info.get("url_path") or f"/play/{info.get('slug')}"
-            return f"Playground published: [{path}]({path}) — share this link; it opens only the playground."
+        def share_values(rid, message=None):
+            rows = playground_rows(wb, rid)
+            slugs = [row[0] for row in rows]
+            return (gr.skip() if message is None else message, rows,
+                    gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)))
 
-        publish.click(on_publish, [run_id], [action_status])
+        share_outputs = [share_status, share_list, share_slug, share_unpublish]
+        run_id.change(lambda rid: share_values(rid, ""), [run_id], share_outputs, show_progress="hidden")
+        # The action row's button opens the Share tab, where the token option and the list are.
+        publish.click(lambda: gr.Tabs(selected="share"), None, [detail_tabs])
+
+        def on_publish(rid, with_token):
+            return share_values(rid, inline(publish_playground, wb, rid, with_token))
+
+        def on_unpublish(rid, slug):
+            return share_values(rid, inline(unpublish_playground, wb, slug))
+
+        def on_push(rid, repo, token, private):
+            return inline(push_model, wb, rid, repo, token, private)
+
+        share_publish.click(on_publish, [run_id, share_token], share_outputs)
+        share_unpublish.click(on_unpublish, [run_id, share_slug], share_outputs)
+        hub_push.click(on_push, [run_id, hub_repo, hub_token, hub_private], [hub_status])
 
     def on_load(status_, search_, sort_, page_, rid):
         return tick_values(wb, status_, search_, sort_, page_, rid, "")
 
     return RunsTab(run_id=run_id, table=table, clone=clone,
                    load_outputs=[table, caption, *detail_outputs, shown_key],
-                   on_load=(on_load, [*table_inputs, run_id]))
+                   on_load=(on_load, [*table_inputs, run_id]), run_buttons=run_buttons)
 
 
 def _export_zip(wb, run_id: int) -> Path:

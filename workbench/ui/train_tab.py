@@ -89,6 +89,14 @@ def dataset_choices(wb, task: str) -> list[tuple[str, str]]:
     return choices
 
 
+def clone_name(name: str, source_id: int | None = None) -> str:
+    """The name a clone starts with: "NAME (edited)", or "clone of run #N" for an unnamed run."""
+    name = (name or "").strip()
+    if name:
+        return f"{name} (edited)"
+    return f"clone of run #{source_id}" if source_id else ""
+
+
 def model_choices() -> list[str]:
     return [info.name for info in catalogue.list_models()]
 
@@ -154,14 +162,15 @@ class TrainTab:
     spec_view: gr.Code
     facts: gr.Markdown
     on_load: Any  # fields -> [dataset, spec_view, facts], for the page load
+    refresh_datasets: Any  # (fn, inputs, outputs): re-read the dataset picker (tab opened, import, delete)
 
-    def fill(self, wb, spec: dict[str, Any]) -> list[Any]:
+    def fill(self, wb, spec: dict[str, Any], source_id: int | None = None) -> list[Any]:
         """Updates for ``fields`` that load ``spec`` into the form (clone-and-edit)."""
         form = form_from_spec(spec)
         lora = form["lora"]
         return [gr.update(value=form["task"]),
                 gr.update(choices=dataset_choices(wb, form["task"]), value=form["dataset_id"]),
-                form["model"], form["preset"], (form["name"] + " (edited)").strip(),
+                form["model"], form["preset"], clone_name(form["name"], source_id),
                 *[form["advanced"][key] for key, _, _ in ADVANCED],
                 form["class_weights"], form["objective"], bool(lora.get("enabled")), lora.get("r", 8),
                 lora.get("alpha", 16), lora.get("dropout", 0.1)]
@@ -173,7 +182,7 @@ def build(wb) -> TrainTab:
             with gr.Row():
                 task = gr.Dropdown(list(TASKS), value=TASKS[0], label="Task", elem_id="train-task")
                 dataset = gr.Dropdown([], label="Dataset", elem_id="train-dataset", scale=2)
-                refresh = gr.Button("↻", size="sm", scale=0, min_width=40)
+                refresh = gr.Button("↻ datasets", size="sm", scale=0, min_width=100, elem_id="train-refresh")
             with gr.Row():
                 model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, allow_custom_value=True,
                                     label="Model (catalogue name, hub id, or local folder)", elem_id="train-model",
@@ -261,4 +270,5 @@ def build(wb) -> TrainTab:
         return dataset_update, preview(*values), on_facts(*values)
 
     return TrainTab(task=task, dataset=dataset, fields=fields, submit_event=submit_event,
-                    submitted_id=submitted_id, clone_of=clone_of, spec_view=spec_view, facts=facts, on_load=on_load)
+                    submitted_id=submitted_id, clone_of=clone_of, spec_view=spec_view, facts=facts, on_load=on_load,
+                    refresh_datasets=(on_task, [task, dataset], [dataset]))
