@@ -10,10 +10,11 @@ import re
 import pytest
 
 from tests.browser.conftest import Server, screenshot, tiny_model
-from tests.conftest import DATA_DIR
+from tests.conftest import DATA_DIR, ROOT
 
 pytestmark = pytest.mark.browser
 UI_DATA = DATA_DIR / "ui"
+EXAMPLES = ROOT / "workbench" / "examples"
 RUN_TIMEOUT_MS = 180_000
 
 
@@ -82,6 +83,49 @@ def test_ner_example_shows_how_sub_tokens_get_labels(server, page):
     screenshot(page, "data-ner")
 
 
+def test_validation_file_is_checked_on_upload_and_a_failed_import_keeps_the_table(server, page, tmp_path):
+    valid = tmp_path / "sms_validation.csv"
+    valid.write_text("text,label\n" + "".join(f"message {i} about the weekend,{'spam' if i % 4 == 0 else 'ham'}\n"
+                                              for i in range(12)), encoding="utf-8")
+    page.goto(server.url)
+    wait_text(page, "#data-datasets", "sms_sample")
+    upload_and_wait(page, UI_DATA / "sms_sample.csv")
+    page.locator("#data-validation input[type=file]").set_input_files(str(valid))
+    wait_text(page, "#data-validation-status", "✔ Validation file", timeout=60_000)
+    assert "12" in page.locator("#data-validation-status").inner_text()
+    wait_text(page, "#data-validation-preview", "message 0 about the weekend")
+    # A broken validation file gets the training file's check: file name and line number.
+    page.goto(server.url)
+    upload_and_wait(page, UI_DATA / "sms_sample.csv")
+    page.locator("#data-validation input[type=file]").set_input_files(str(UI_DATA / "broken.csv"))
+    wait_text(page, "#data-validation-status", "✘ Validation file", timeout=60_000)
+    assert "line 4" in page.locator("#data-validation-status").inner_text()
+    # Importing with it is refused where the import status is; the stored datasets stay listed.
+    page.locator("#data-import").click()
+    page.get_by_text(re.compile("Nothing was imported")).first.wait_for(timeout=60_000)
+    assert "sms_sample" in page.locator("#data-datasets").inner_text()
+    assert "line 4" in page.locator("#data-import-status").inner_text()
+
+
+def test_a_pos_file_gets_top_tags_a_tagging_title_and_whole_number_length_bins(server, page, tmp_path):
+    page.goto(server.url)
+    choose(page, "data-task", "token-classification")
+    upload_and_wait(page, EXAMPLES / "token-classification" / "brown_pos.conll")
+    wait_text(page, "#data-subtokens", "(ignored)", timeout=60_000)
+    assert "Tagging: how sub-tokens get labels" in page.locator("#data-subtokens").inner_text()
+    assert "NER" not in page.locator("#data-subtokens").inner_text()
+    bars = page.locator("#data-labels rect.wb-bar")
+    assert bars.count() == 20  # 79 tags: the 19 most frequent and "other"
+    assert "other (60 labels)" in page.locator("#data-labels").inner_html()
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text("text,label\n" + "".join(f"same length text number {i},{'a' if i % 2 else 'b'}\n"
+                                              for i in range(6)), encoding="utf-8")
+    choose(page, "data-task", "text-classification")
+    upload_and_wait(page, tiny)
+    labels = page.locator("#data-lengths text").all_inner_texts()
+    assert not any(re.fullmatch(r"(\d+)–\1", text) for text in labels), labels
+
+
 def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory):
     model = tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert")
     page.goto(server.url)
@@ -125,6 +169,74 @@ def test_the_selected_run_survives_a_reload(server, page):
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
 
 
+def test_a_fresh_runs_tab_shows_an_empty_state_and_disabled_buttons(server, page):
+    page.goto(server.url)
+    open_tab(page, "Runs")
+    page.locator("#run-empty").wait_for()
+    body = page.inner_text("body")
+    assert "does not exist" not in body and "workbench runs list" not in body
+    for name in ("Cancel", "Retry", "Clone and edit", "Delete…", "Download model (.zip)", "Publish playground…"):
+        assert page.get_by_role("button", name=name, exact=True).is_disabled(), name
+    box = page.locator("#runs-selected input")
+    box.fill("1")
+    box.press("Enter")
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    page.wait_for_function("() => !document.querySelector('#runs-publish').disabled", timeout=30_000)
+    box.fill("99")
+    box.press("Enter")
+    wait_text(page, "#run-header", "run 99 does not exist")
+    assert "workbench" not in page.locator("#run-header").inner_text()
+
+
+def test_errors_tab_shows_gold_predicted_and_score_first(server, page):
+    select_run(page, server, 1)
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    page.get_by_role("tab", name="Errors").click()
+    headers = page.locator("#run-errors thead th")
+    headers.first.wait_for()
+    names = [t.strip() for t in headers.all_inner_texts()]
+    assert names[:4] == ["Gold", "Predicted", "Score", "Input"], names
+    score = page.locator("#run-errors thead th", has_text="Score").first.bounding_box()
+    assert score["x"] + score["width"] <= 1360  # on screen at the page's width, not beyond 1,300 px
+    wait_text(page, "#run-errors", "ham")
+
+
+def test_share_tab_publishes_with_a_token_lists_unpublishes_and_hub_push_fails_clearly(server, page):
+    select_run(page, server, 1)
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    page.get_by_role("button", name="Publish playground…").click()
+    page.locator("#share-publish").wait_for()
+    page.locator("#share-publish").click()  # a public one first
+    wait_text(page, "#share-status", "/play/")
+    page.get_by_label("Protect with an access token").check()
+    page.locator("#share-publish").click()
+    wait_text(page, "#share-status", "shown only now")
+    status = page.locator("#share-status").inner_text()
+    token = re.search(r"\?token=([\w-]+)", status).group(1)
+    wait_text(page, "#share-list", "token")
+    listed = page.locator("#share-list").inner_text()
+    assert "public" in listed and token not in listed
+    screenshot(page, "runs-share")
+    slug = re.search(r"/play/([\w-]+)/\?token=", status).group(1)
+    import httpx
+
+    assert httpx.get(f"{server.url}/play/{slug}/").status_code == 401
+    assert httpx.get(f"{server.url}/play/{slug}/?token={token}").status_code == 200
+    page.locator("#share-unpublish").click()  # the newest, the token-protected one, is preselected
+    wait_text(page, "#share-status", "unpublished")
+    page.wait_for_function("() => !document.querySelector('#share-list').innerText.includes('token')",
+                           timeout=30_000)
+    assert httpx.get(f"{server.url}/play/{slug}/?token={token}").status_code == 404
+    page.locator("#hub-repo input, #hub-repo textarea").first.fill("someone/sms-model")
+    page.locator("#hub-push").click()
+    wait_text(page, "#hub-status", "✘")
+    hub = page.locator("#hub-status").inner_text()
+    assert "offline" in hub and "Traceback" not in hub
+    # Clone and edit of this unnamed run: the clone is not called "(edited)".
+    page.get_by_role("button", name="Clone and edit").click()
+    wait_value(page, "#train-name input, #train-name textarea", "clone of run #1")
+
+
 def test_compare_two_runs_shows_the_config_diff(server, page):
     from workbench.context import open_workbench
     from workbench.services import runs as runs_service
@@ -153,7 +265,7 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
     screenshot(page, "compare")
 
 
-def test_run_actions_clone_download_publish_delete(server, page):
+def test_run_actions_clone_download_delete(server, page):
     select_run(page, server, 2)
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
     # Clone and edit: the Train tab opens with the run's spec.
@@ -164,9 +276,6 @@ def test_run_actions_clone_download_publish_delete(server, page):
     open_tab(page, "Runs")
     page.get_by_role("button", name="Download model (.zip)").click()
     page.get_by_text(re.compile(r"\.zip")).first.wait_for(timeout=60_000)
-    if page.get_by_role("button", name="Publish playground").count():
-        page.get_by_role("button", name="Publish playground").click()
-        wait_text(page, "#runs-action-status", "/play/", timeout=30_000)
     page.get_by_role("button", name="Delete…").click()
     page.get_by_role("button", name="Keep it").click()
     page.get_by_role("button", name="Delete…").click()
@@ -175,6 +284,64 @@ def test_run_actions_clone_download_publish_delete(server, page):
     page.wait_for_function("() => !document.querySelector('#runs-table').innerText.includes('faster lr')",
                            timeout=30_000)
     assert "succeeded" in page.locator("#runs-table").inner_text()  # run 1 is untouched
+
+
+def dropdown_options(page, elem_id: str) -> str:
+    """The option texts a gr.Dropdown offers (opened, read, closed again)."""
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill("")
+    page.locator(f"#{elem_id} ul.options, #{elem_id} [role=listbox]").first.wait_for(timeout=10_000)
+    text = page.locator(f"#{elem_id} ul.options, #{elem_id} [role=listbox]").first.inner_text()
+    box.press("Escape")
+    return text
+
+
+def test_pickers_follow_imports_deletes_and_new_runs(server, page, tmp_path):
+    from workbench.context import open_workbench
+    from workbench.services import datasets as data_service
+    from workbench.services import runs as runs_service
+    from workbench.settings import Settings
+
+    extra = tmp_path / "weekend_notes.csv"
+    extra.write_text("text,label\n" + "".join(f"note {i} for the weekend plans,{'x' if i % 3 else 'y'}\n"
+                                              for i in range(30)), encoding="utf-8")
+    page.goto(server.url)
+    open_tab(page, "Train")
+    assert "weekend_notes" not in dropdown_options(page, "train-dataset")
+    open_tab(page, "Compare")
+    before = dropdown_options(page, "compare-runs")
+    # Import in the Data tab: the Train tab's picker offers it without a reload or a refresh button.
+    open_tab(page, "Data")
+    upload_and_wait(page, extra)
+    page.locator("#data-import").click()
+    page.get_by_text(re.compile("Imported as")).wait_for(timeout=60_000)
+    open_tab(page, "Train")
+    page.wait_for_timeout(500)
+    assert "weekend_notes" in dropdown_options(page, "train-dataset")
+    # A run made elsewhere (CLI, another browser) shows in the Compare picker when the tab opens.
+    wb = open_workbench(Settings.from_env(server.env))
+    try:
+        new_run = runs_service.clone_run(wb, 1, {"name": "made after page load"})
+        runs_service.wait_for_run(wb, new_run, timeout=RUN_TIMEOUT_MS / 1000)
+        open_tab(page, "Compare")
+        page.wait_for_timeout(500)
+        after = dropdown_options(page, "compare-runs")
+        assert "made after page load" in after and "made after page load" not in before
+        # Deleted while this page still offers it: Start training is refused with a sentence.
+        open_tab(page, "Train")
+        choose(page, "train-dataset", "weekend_notes")
+        wait_text(page, "#train-spec", "ds-")
+        dataset_id = re.search(r'"dataset_id": "([^"]+)"', page.locator("#train-spec").inner_text()).group(1)
+        data_service.delete_dataset(wb, dataset_id)
+    finally:
+        wb.close()
+    page.locator("#train-submit").click()
+    page.get_by_text(re.compile("no longer exists")).first.wait_for(timeout=30_000)
+    open_tab(page, "Data")
+    open_tab(page, "Train")
+    page.wait_for_timeout(500)
+    assert "weekend_notes" not in dropdown_options(page, "train-dataset")
 
 
 def test_deleting_a_dataset_asks_first(server, page):

@@ -263,7 +263,7 @@ def build(wb) -> DataTab:
         validation_preview = gr.Dataframe(label="Validation file: first records", interactive=False, wrap=True,
                                           visible=False, max_height=240, elem_id="data-validation-preview")
         import_button = gr.Button("Import dataset", variant="primary", elem_id="data-import")
-        import_status = gr.Markdown()
+        import_status = gr.Markdown(elem_id="data-import-status")
     gr.Markdown("### Stored datasets")
     with gr.Row():
         selected_dataset = gr.Textbox(label="Dataset ID", placeholder="click a row", scale=2,
@@ -388,3 +388,8 @@ def label_chart_title(view: DataView) -> str:
     if view.label_count > len(view.labels):
         return f"Label distribution (top {len(view.labels) - 1} of {view.label_count} labels, the rest as other)"
     return "Label distribution"
+
+
+def refresh(wb) -> list[list[Any]]:
+    """Rows of the stored-datasets table (page load)."""
+    return dataset_rows(wb)
