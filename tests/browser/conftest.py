@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,9 @@ SCREENSHOTS = ROOT / "tests" / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 SERVER_START_TIMEOUT = 120
+README_SCREENSHOTS_DIR = ROOT / "docs" / "screenshots"
+README_SCREENSHOTS = {"data", "data-error", "data-ner", "train", "runs", "runs-share", "compare", "login",
+                      "playground"}
 
 
 def chromium_path() -> str:
@@ -106,10 +110,17 @@ def page(browser):
 
 
 def screenshot(page, name: str, full_page: bool = True) -> Path:
-    """Save a screenshot as a test artifact (tests/artifacts/screenshots/NAME.png)."""
+    """Save a screenshot as a test artifact (tests/artifacts/screenshots/NAME.png).
+
+    With ``WORKBENCH_TEST_UPDATE_SCREENSHOTS=1`` (every README picture) or ``=data,runs`` (those),
+    a README picture is also copied to docs/screenshots — refreshed on purpose only, never by a plain run.
+    """
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
+    wanted = os.environ.get("WORKBENCH_TEST_UPDATE_SCREENSHOTS", "")
+    if name in README_SCREENSHOTS and (wanted == "1" or name in wanted.split(",")):
+        shutil.copyfile(path, README_SCREENSHOTS_DIR / f"{name}.png")
     return path
 
 

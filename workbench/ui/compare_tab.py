@@ -113,10 +113,14 @@ def build(wb) -> dict[str, Any]:
     curve.change(lambda name, curves: overlay_svg(curves or {}, name), [curve, curves_state],
                  [overlay])
     def on_refresh(chosen):
-        """Fresh choices; the runs already picked stay picked while they still exist."""
+        """Fresh choices. The value is left alone (a pick made while this ran must not be undone) unless a
+        picked run no longer exists."""
         choices = run_choices(wb)
         ids = {value for _, value in choices}
-        return gr.update(choices=choices, value=[r for r in (chosen or []) if _as_id(r) in ids])
+        kept = [r for r in (chosen or []) if _as_id(r) in ids]
+        if len(kept) == len(chosen or []):
+            return gr.update(choices=choices)
+        return gr.update(choices=choices, value=kept)
 
     refresh.click(on_refresh, [picker], [picker])
     return {"picker": picker, "refresh": on_refresh}
