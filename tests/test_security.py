@@ -104,7 +104,7 @@ def test_upload_handlers_refuse_server_paths(site):
     http = logged_in(server.url)
     secrets = [PASSWD_FILE, str(wb.settings.home / "workbench.db"), str(wb.settings.home / "uploads" / ".." / "workbench.db")]
     for path in secrets:
-        for api in ("on_upload", "on_recheck"):
+        for api in ("on_upload", "on_recheck", "on_validation"):
             refused = raw_call(http, server.url, api, [server_file(path), "masked-lm", "auto-detect", "", "", "", "",
                                                        128], expect="error")
             assert_refused(refused)
