@@ -36,7 +36,10 @@ def run_training(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device:
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(output_dir / "train.log", encoding="utf-8")
+    rank = _rank()
+    # Under DDP each rank keeps its own log (train.rank1.log ...); train.log is rank 0's
+    handler = logging.FileHandler(output_dir / ("train.log" if rank == 0 else f"train.rank{rank}.log"),
+                                  encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # jobs.* logs at INFO (the callback logs every Trainer log line); transformers/peft keep their own levels
     handler.setLevel(logging.INFO)
@@ -52,6 +55,25 @@ def run_training(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device:
             lg.removeHandler(handler)
             lg.setLevel(level)
         handler.close()
+
+
+def _rank() -> int:
+    """This process's rank under torchrun / accelerate launch (0 when alone)."""
+    import os
+
+    return int(os.environ.get("RANK", "0"))
+
+
+def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
+    """The newest ``checkpoint-N`` the Trainer finished writing (it writes ``trainer_state.json`` last).
+
+    Every rank of a run decides the same way, whether or not rank 0 has removed an interrupted
+    attempt's incomplete folder yet (``jobs.run_job.discard_incomplete_checkpoints``)."""
+    if not checkpoints.is_dir():
+        return None
+    done = [(int(folder.name.rsplit("-", 1)[1]), folder) for folder in checkpoints.glob("checkpoint-*")
+            if folder.name.rsplit("-", 1)[1].isdigit() and (folder / "trainer_state.json").is_file()]
+    return str(max(done)[1]) if done else None
 
 
 def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
@@ -88,13 +110,12 @@ def _peak_rss_mb() -> float:
 def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, init_model_path: Optional[str]) -> dict:
     import torch
     from transformers import AutoConfig, EarlyStoppingCallback, set_seed
-    from transformers.trainer_utils import get_last_checkpoint
 
     from jobs import catalogue, lora
     from jobs.hyperparameters import resolve_hyperparameters
     from jobs.tasks import task_module
     from jobs.training import (NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, steps_per_epoch,
-                               training_arguments)
+                               training_arguments, world_size)
 
     if init_model_path and not Path(init_model_path).is_dir():
         raise TrainingError(f"the model to start from is missing: {init_model_path}",
@@ -139,10 +160,12 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
                                processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
                                compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata)
-    resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    resume = last_complete_checkpoint(checkpoints)
+    processes = world_size()
     total_steps = hp["max_steps"] or math.ceil(
-        steps_per_epoch(len(prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"]) * hp["epochs"])
-    facts = {"device": device, "total_steps": total_steps, "trainable_parameters": trainable,
+        steps_per_epoch(len(prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"],
+                        processes) * hp["epochs"])
+    facts = {"device": device, "processes": processes, "total_steps": total_steps, "trainable_parameters": trainable,
              "total_parameters": total_params, "model": info.name, "model_path": path,
              "train_examples": len(train), "validation_examples": len(validation),
              "hyperparameters": hp, "resumed_from": resume}
@@ -175,7 +198,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     train_seconds = time.perf_counter() - started
     steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
     if resume or hp["max_steps"]:
-        samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"]
+        samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"] * processes
     else:
         samples = len(prepared.train_dataset) * hp["epochs"]
     # throughput of the optimisation itself: evaluation and checkpoint writing inside train() excluded
@@ -184,8 +207,13 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         log.info("cancelled at step %d; checkpoint saved in %s", trainer.state.global_step, checkpoints)
         raise Cancelled(f"cancelled at step {trainer.state.global_step}")
 
+    # Every rank evaluates (predict() is sharded over the processes and gathered) ...
     evaluation = (module.evaluate_model(trainer, prepared) if hasattr(module, "evaluate_model")
                   else module.evaluate(prepared, trainer.predict(prepared.eval_dataset)))
+    if _rank() != 0:
+        # ... but only rank 0 writes the model and the outputs; the others hold the same weights
+        log.info("rank %d of %d: done; rank 0 writes the model and the metrics", _rank(), processes)
+        return dict(evaluation.metrics)
     _export(trainer.model, tokenizer, output_dir, spec.lora.enabled)
     metrics = dict(evaluation.metrics)
     metrics.update({
@@ -198,6 +226,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         "samples_per_second": round(samples / pure_seconds, 3),
         "eval_and_checkpoint_seconds": round(trainer.overhead_seconds, 2),
         "device": device,
+        "processes": processes,
     })
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
                      {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})

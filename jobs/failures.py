@@ -18,6 +18,12 @@ LOG_TAIL_LINES = 40
 
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I)
 _NAN = re.compile(r"loss (?:became|is) nan(?: at step (\d+))?", re.I)
+# What a rank sees when another rank of its run died (gloo / NCCL / the c10d store)
+_PEER_LOSS = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
+                        r"NCCL communicator was aborted|recvBytes|Socket Timeout", re.I)
+# torchrun's (and accelerate launch's) failure report: the first rank that failed and how
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)",
+                         re.S)
 _OFFLINE = re.compile(r"offline|couldn't connect|can't load|is not a (?:local folder|valid model identifier)", re.I)
 
 
@@ -66,10 +72,21 @@ def describe_exception(exc: BaseException, batch_size: Optional[int] = None, mod
     return f"training failed: {type(exc).__name__}: {text}"[:500]
 
 
+def is_peer_loss(exc: BaseException) -> bool:
+    """True for the error a DDP rank raises when another rank of the run died under it."""
+    return type(exc).__name__ == "DistBackendError" or bool(_PEER_LOSS.search(str(exc)))
+
+
 def describe_exit(returncode: int, tail: str, cancel_requested: bool = False) -> str:
     """A sentence for a training process that ended without recording its result."""
     if _OOM.search(tail):
         return _oom_sentence(None)
+    root = _ROOT_CAUSE.search(tail)
+    if root:
+        # A multi-process run: the launcher exits 1 whatever happened; its report names the rank
+        rank, code = int(root.group(1)), int(root.group(2))
+        return describe_exit(code, "", cancel_requested).replace("the training process",
+                                                                 f"the training process of rank {rank}", 1)
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name

@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping, Optional
 from sqlalchemy import delete, select, tuple_, update
 
 from jobs import queue
-from jobs.failures import describe_exception, log_tail
+from jobs.failures import describe_exception, is_peer_loss, log_tail
 from jobs.progress import Cancelled
-from jobs.runner import PROCESS_LOG
+from jobs.runner import PROCESS_LOG, die_with_launcher
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE
 from storage.db import Database
@@ -42,8 +42,13 @@ TrainFn = Callable[..., Mapping[str, Any]]
 
 
 def _is_rank_zero() -> bool:
-    """Under DDP every rank runs this module; only rank 0 talks to the database."""
+    """Under DDP every rank runs this module; only rank 0 writes progress, curves and outcomes."""
     return os.environ.get("RANK", "0") == "0"
+
+
+def _rank() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside a launcher."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 class DbReporter:
@@ -243,12 +248,7 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the run
         log.exception("run %s failed", run_id)
         reporter.flush()
-        batch_size = spec.train.batch_size if spec else None
-        message = describe_exception(exc, batch_size=batch_size, model=spec.model if spec else "")
-        hint = getattr(exc, "hint", "")
-        detail = (f"hint: {hint}\n\n" if hint else "") + log_tail(output_dir / PROCESS_LOG)
-        if _is_rank_zero():
-            queue.finish(wb.db, run_id, attempt, FAILED, error=message, eta_seconds=None, error_detail=detail)
+        _record_failure(wb, run_id, attempt, exc, spec, output_dir)
         return EXIT_FAILED
     reporter.flush()
     if _is_rank_zero():
@@ -258,6 +258,25 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
                      eta_seconds=0.0)
     log.info("run %s succeeded", run_id)
     return EXIT_SUCCEEDED
+
+
+def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException, spec: Optional[RunSpec],
+                    output_dir: Path) -> None:
+    """Record why this process failed. Under DDP any rank may: the one that crashed writes first (its
+    peers only fail once it has exited and closed its connections), and ``queue.finish`` only ever
+    writes while the run is active, so the first message stays. A rank that merely lost a peer records
+    nothing: the launcher's summary names the rank that died (see ``jobs.failures.describe_exit``)."""
+    rank, world = _rank()
+    if world > 1 and is_peer_loss(exc):
+        log.warning("rank %d of %d: lost a peer process; the launcher reports which one failed", rank, world)
+        return
+    batch_size = spec.train.batch_size if spec else None
+    message = describe_exception(exc, batch_size=batch_size, model=spec.model if spec else "")
+    if world > 1:
+        message = f"rank {rank} of {world}: {message}"
+    hint = getattr(exc, "hint", "")
+    detail = (f"hint: {hint}\n\n" if hint else "") + log_tail(output_dir / PROCESS_LOG)
+    queue.finish(wb.db, run_id, attempt, FAILED, error=message, eta_seconds=None, error_detail=detail)
 
 
 def _real_training(*args, **kwargs):
@@ -273,13 +292,21 @@ def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None) -
     args, _ = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    launched = "LOCAL_RANK" in os.environ  # one rank of several, started by torchrun / accelerate launch
+    if launched and not die_with_launcher():
+        log.error("run %s attempt %s: the launcher is gone before training started; exiting", args.run_id,
+                  args.attempt)
+        return EXIT_ORPHANED
     settings = Settings.from_env()
     # The worker already migrated the schema; N training processes need not check it again.
     wb = Workbench(settings, Database(settings.database_url, migrate=False))
     try:
-        return execute(wb, args.run_id, args.attempt, train_fn or _real_training)
+        code = execute(wb, args.run_id, args.attempt, train_fn or _real_training)
     finally:
         wb.close()
+    # A rank's non-zero exit makes the launcher tear the others down and print a failure report; a
+    # cancelled or handed-over run is no failure, and its outcome is in the database already.
+    return 0 if launched and code in (EXIT_CANCELLED, EXIT_ORPHANED) else code
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ shell, its own process group, ``CUDA_VISIBLE_DEVICES`` set to the GPUs it was
 given, or empty for CPU). Tests swap in the runners of ``jobs.fake_runner``, so
 queue and UI tests need no torch — with the same subprocess handling, so that a
 crash is a real crash.
+
+A run with several processes (N GPUs, or ``procs`` > 1 on the CPU) goes through a
+launcher (``accelerate launch`` / ``torchrun``) on a rendezvous port picked free
+for that run. The launcher starts each rank in a session of its own, so killing
+the launcher's process group does not reach them: ``kill()`` walks the process
+tree, and each rank also dies with its launcher (see ``jobs.run_job``).
 """
 from __future__ import annotations
 
@@ -14,8 +20,11 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
+from collections import deque
 from pathlib import Path
 from typing import Mapping, Optional, Protocol, Sequence
 
@@ -32,10 +41,18 @@ class Launch:
     attempt: int
     output_dir: Path
     gpus: tuple[int, ...] = ()  # physical GPU indices; empty means CPU
+    procs: int = 1  # data-parallel processes on the CPU (ignored with GPUs: one process per GPU)
 
     @property
     def device(self) -> str:
-        return "cpu" if not self.gpus else "cuda:" + ",".join(str(g) for g in self.gpus)
+        if self.gpus:
+            return "cuda:" + ",".join(str(g) for g in self.gpus)
+        return "cpu" if self.procs <= 1 else f"cpu x{self.procs}"  # cpu x2: two gloo ranks
+
+    @property
+    def world_size(self) -> int:
+        """How many training processes the run has."""
+        return len(self.gpus) if self.gpus else max(1, self.procs)
 
 
 class Handle(Protocol):
@@ -71,6 +88,20 @@ def _die_with_parent() -> None:
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def die_with_launcher() -> bool:
+    """In a rank a launcher (torchrun, accelerate) started: get SIGKILL when the launcher dies.
+
+    The launcher puts each rank in a session of its own and, killed with SIGKILL itself (its worker
+    was killed), cannot stop them: without this they would train on as orphans holding memory.
+    Returns False when the launcher is already gone (the rank was re-parented) or prctl is missing.
+    """
+    if _LIBC is None:
+        return True  # the reporter notices a changed parent at its next check and stops
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # The launcher may have died before prctl: the rank was then re-parented to init already.
+    return os.getppid() != 1
+
+
 class ProcessHandle:
     def __init__(self, process: subprocess.Popen):
         self.process = process
@@ -80,31 +111,82 @@ class ProcessHandle:
         return self.process.poll()
 
     def kill(self) -> None:
+        # The ranks a launcher starts sit in sessions of their own: collect the tree before the
+        # launcher dies (orphans are re-parented and no longer listed as its children).
+        try:
+            import psutil
+
+            tree = psutil.Process(self.pid).children(recursive=True)
+        except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, or psutil missing: the group kill still runs
+            tree = []
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for child in tree:
+            try:
+                child.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+DEFAULT_RENDEZVOUS_PORT = 29500  # torch's and accelerate's fixed default: two runs on it collide
+_RECENT_PORTS = 64
+
+
+class PortPicker:
+    """Free TCP ports on the loopback for rendezvous, never 29500 and never one handed out recently
+    (a port just released is free for the OS again, but the run it went to may not have bound it yet)."""
+
+    def __init__(self) -> None:
+        self._recent: deque[int] = deque(maxlen=_RECENT_PORTS)
+        self._lock = threading.Lock()
+
+    def pick(self) -> int:
+        with self._lock:
+            for _ in range(100):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    port = sock.getsockname()[1]
+                if port != DEFAULT_RENDEZVOUS_PORT and port not in self._recent:
+                    self._recent.append(port)
+                    return port
+        raise OSError("no free TCP port for the training processes' rendezvous")
 
 
 class SubprocessRunner:
-    """Runs ``python -m <module> RUN_ID --attempt N``; N>1 GPUs go through ``accelerate launch`` (DDP)."""
+    """Runs ``python -m <module> RUN_ID --attempt N``; several processes go through a launcher:
+    ``accelerate launch --multi_gpu`` for N GPUs, ``torchrun`` for N CPU processes (gloo)."""
 
     def __init__(self, module: str = "jobs.run_job", extra_args: Sequence[str] = ()):
         self.module = module
         self.extra_args = tuple(extra_args)
+        self.ports = PortPicker()
 
-    def argv(self, job: Launch) -> list[str]:
+    def argv(self, job: Launch, port: Optional[int] = None) -> list[str]:
+        """The command line of one attempt; ``port`` is the rendezvous port of a multi-process run."""
         tail = ["-m", self.module, str(job.run_id), "--attempt", str(job.attempt), *self.extra_args]
-        if len(job.gpus) > 1:
+        if job.world_size <= 1:
+            return [sys.executable, *tail]
+        port = port or self.ports.pick()
+        if job.gpus:
             return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-                    "--num_processes", str(len(job.gpus)), *tail]
-        return [sys.executable, *tail]
+                    "--num_processes", str(job.world_size), "--main_process_ip", "127.0.0.1",
+                    "--main_process_port", str(port), *tail]
+        # torchrun runs `-m module` itself; --max-restarts 0: a failed rank fails the attempt (the
+        # queue's retry resumes from a checkpoint instead of the launcher restarting from scratch).
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+                str(job.world_size), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                "--max-restarts", "0", "--monitor-interval", "0.5", *tail]
 
     def launch(self, job: Launch, env: Mapping[str, str]) -> Handle:
         job.output_dir.mkdir(parents=True, exist_ok=True)
         child_env = dict(env)
         child_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         child_env["PYTHONUNBUFFERED"] = "1"
+        if not job.gpus and job.procs > 1 and "OMP_NUM_THREADS" not in env:
+            # torchrun would set 1 thread per rank; share the cores out instead
+            child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.procs))
         with open(job.output_dir / PROCESS_LOG, "ab") as logfile:
             process = subprocess.Popen(self.argv(job), env=child_env, stdin=subprocess.DEVNULL, stdout=logfile,
                                        stderr=subprocess.STDOUT, start_new_session=True,

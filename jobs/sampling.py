@@ -67,16 +67,34 @@ def _sort_window(indices: list[int], lengths: Sequence[int], strata: Optional[Se
 
 
 class BucketedSampler(Sampler):
-    """A new bucketed order each epoch, drawn from torch's global generator like the Trainer's own samplers
-    (the Trainer seeds it, and restores its state when resuming)."""
+    """A new bucketed order each epoch.
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, strata: Optional[Sequence[int]] = None):
+    Alone, the order is drawn from torch's global generator like the Trainer's own samplers (the
+    Trainer seeds it, and restores its state when resuming). Under DDP (``seed`` given) every rank
+    must draw the *same* order: accelerate then deals its batches out in turn (rank r takes batches
+    r, r+N, ...), so no two ranks train on the same example in an epoch. The ranks' global generators
+    drift apart after the first step (dropout draws follow each rank's batch shapes), so the order of
+    epoch e comes from its own generator seeded with ``seed + e``, as in torch's DistributedSampler;
+    the Trainer calls ``set_epoch`` before each epoch, and a resumed run gets the same order back.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, strata: Optional[Sequence[int]] = None,
+                 seed: Optional[int] = None):
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.strata = list(strata) if strata is not None else None
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(bucketed_indices(self.lengths, self.batch_size, self.strata))
+        generator = None
+        if self.seed is not None:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+        return iter(bucketed_indices(self.lengths, self.batch_size, self.strata, generator))

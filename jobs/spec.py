@@ -81,6 +81,9 @@ class RunSpec:
     name: str = ""
     init_from_run: Optional[int] = None  # chain runs: fine-tune from an earlier run's model
     gpus: int = 1  # GPUs asked for when present; >1 launches DDP
+    # Data-parallel processes on a CPU worker (gloo); None: the worker's setting (WORKBENCH_CPU_PROCS).
+    # `train.batch_size` stays per process: the global batch is batch_size x processes x accumulation.
+    procs: Optional[int] = None
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class RunSpec:
             raise ConfigError(f"unknown objective {self.train.objective!r}; choose mlm or mlm+nsp")
         if self.train.objective == "mlm+nsp" and self.task != "masked-lm":
             raise ConfigError("the mlm+nsp objective belongs to the masked-lm task")
+        if self.procs is not None and (not isinstance(self.procs, int) or self.procs < 1):
+            raise ConfigError(f"procs must be a whole number of processes, at least 1 (got {self.procs!r})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from typing import Optional
 
@@ -66,8 +67,10 @@ class WorkbenchTrainer(Trainer):
         if self.args.train_sampling_strategy != "group_by_length" or name not in columns:
             return super()._get_train_sampler(train_dataset)
         lengths = [len(ids) for ids in dataset[name]]
+        seed = (self.args.data_seed if self.args.data_seed is not None else self.args.seed) \
+            if self.args.world_size > 1 else None  # one order shared by the ranks; see BucketedSampler
         return BucketedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                               self.strata)
+                               self.strata, seed=seed)
 
     def _get_eval_sampler(self, eval_dataset):
         return torch.utils.data.SequentialSampler(eval_dataset) if eval_dataset is not None else None
@@ -90,7 +93,12 @@ class ReporterCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.reporter.progress(state.global_step, state.max_steps, float(state.epoch or 0.0))
-        if self.reporter.cancel_requested():
+        # Rank 0 reads the cancel flag and every rank follows it at the same step: a rank that stopped
+        # alone would leave the others waiting in the next gradient all-reduce.
+        stop = self.reporter.cancel_requested() if args.process_index == 0 else False
+        if args.world_size > 1:
+            stop = any_rank(stop, args.device)
+        if stop:
             self.cancelled = True
             control.should_save = True
             control.should_training_stop = True
@@ -108,6 +116,20 @@ class ReporterCallback(TrainerCallback):
                   if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime", "_per_second"))}
         if values:
             self.reporter.metrics(state.global_step, state.epoch, values)
+
+
+def world_size() -> int:
+    """Training processes of this run (torchrun / accelerate launch set WORLD_SIZE in each)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def any_rank(flag: bool, device) -> bool:
+    """True on every rank when ``flag`` is true on any of them (one tiny all-reduce)."""
+    import torch.distributed as dist
+
+    value = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def pick_device(device: str) -> str:
@@ -129,14 +151,18 @@ def precision_flags(device: str, precision: str) -> dict:
     return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
 
 
-def steps_per_epoch(n_examples: int, batch_size: int, accumulation: int) -> int:
-    return max(1, math.ceil(math.ceil(n_examples / batch_size) / accumulation))
+def steps_per_epoch(n_examples: int, batch_size: int, accumulation: int, processes: int = 1) -> int:
+    """Optimizer steps per epoch: the batches are dealt out to the processes (the last ones padded to a
+    full round, as accelerate does), then ``accumulation`` batches make a step."""
+    batches = math.ceil(math.ceil(n_examples / batch_size) / processes)
+    return max(1, math.ceil(batches / accumulation))
 
 
 def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, main_metric: str,
                        greater_is_better: bool, label_names: Optional[list[str]]) -> TrainingArguments:
     """Dynamic padding lives in the collators; here: length bucketing, schedule, evaluation and checkpoints."""
-    per_epoch = steps_per_epoch(n_train, hp["batch_size"], hp["gradient_accumulation_steps"])
+    processes = world_size()
+    per_epoch = steps_per_epoch(n_train, hp["batch_size"], hp["gradient_accumulation_steps"], processes)
     total = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
     by_steps = bool(hp["max_steps"] or hp["eval_steps"])
     eval_steps = hp["eval_steps"] or (min(per_epoch, total) if by_steps else None)
@@ -167,6 +193,13 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         seed=hp["seed"],
         data_seed=hp["seed"],
         use_cpu=device == "cpu",
+        # Several CPU processes: without gloo each rank would silently train a copy of its own
+        ddp_backend="gloo" if device == "cpu" and processes > 1 else None,
+        # With it, the Trainer multiplies each rank's loss by the process count, expecting the model to
+        # divide a summed loss by the global label count; BERT's classification heads return a mean, so
+        # the gradients and the logged losses came out N times too large (measured: 2x with 2 ranks).
+        # Without it, each rank's mean loss is averaged by DDP: the loss of the global batch.
+        average_tokens_across_devices=False,
         remove_unused_columns=False,  # the task modules keep exactly the model's inputs
         label_names=label_names,
         report_to=[],

@@ -64,13 +64,16 @@ def detect_gpus(device: str = "auto") -> list[int]:
 class Worker:
     def __init__(self, wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
                  gpus: Optional[Sequence[int]] = None, *, worker_id: Optional[str] = None,
-                 max_attempts: Optional[int] = None, only_runs: Optional[Sequence[int]] = None):
+                 max_attempts: Optional[int] = None, only_runs: Optional[Sequence[int]] = None,
+                 procs: Optional[int] = None):
         self.wb = wb
         self.runner = runner or SubprocessRunner()
         self.max_jobs = max_jobs or wb.settings.max_jobs
         self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
         self.worker_id = worker_id or queue.new_worker_id()
         self.max_attempts = max_attempts or wb.settings.max_attempts
+        # Data-parallel processes per CPU run when its spec does not say (`workbench worker --procs N`).
+        self.procs = procs or wb.settings.cpu_procs
         # `train --wait` without a live worker runs just its own run in-process, not the whole queue.
         self.only_runs = list(only_runs) if only_runs is not None else None
         self.slots: dict[int, Slot] = {}
@@ -167,9 +170,11 @@ class Worker:
         free = self._free_gpus()
         wanted = max(1, int(claimed.spec.get("gpus") or 1))
         # A run gets the GPUs it asked for when free; fewer when others are busy (documented in the README, "GPUs").
-        job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), tuple(free[:wanted]))
         try:
-            RunSpec.from_dict(claimed.spec)
+            spec = RunSpec.from_dict(claimed.spec)
+            gpus = tuple(free[:wanted])
+            job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,
+                         procs=1 if gpus else (spec.procs or self.procs))
             env = {**os.environ, **self.wb.settings.as_env()}
             handle = self.runner.launch(job, env)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start fails; the worker goes on
@@ -186,7 +191,7 @@ class Worker:
         stop = stop or threading.Event()
         idle_sleep = BUSY_POLL_S
         log.info("worker %s: up to %d job(s) at once, GPUs: %s", self.worker_id, self.max_jobs,
-                 ",".join(map(str, self.gpus)) or "none (CPU)")
+                 ",".join(map(str, self.gpus)) or f"none (CPU, {self.procs} process(es) per run)")
         try:
             while not stop.is_set():
                 try:

@@ -47,6 +47,9 @@ SETTINGS: tuple[Setting, ...] = (
             "of a file with one `user:password` per line. Empty means no login. Playgrounds have their own tokens."),
     Setting("device", "auto", "Where training runs: `auto` (GPU when present, else CPU), `cpu`, `cuda` or `cuda:N`."),
     Setting("max_jobs", 1, "Most runs one worker executes at the same time.", int),
+    Setting("cpu_procs", 1, "Data-parallel training processes per run on a worker without GPUs (DDP with the gloo "
+            "backend; `workbench worker --procs N`). A run spec's `procs` overrides it. Each process gets "
+            "cores/N threads.", int),
     Setting("max_upload_mb", 2048, "Largest dataset file accepted, in MB. Files are read as a stream, so this bounds "
             "disk use, not memory.", int),
     Setting("heartbeat_seconds", 5.0, "How often a worker records that a running job is alive.", float),
@@ -74,6 +77,7 @@ class Settings:
     auth: str
     device: str
     max_jobs: int
+    cpu_procs: int
     max_upload_mb: int
     heartbeat_seconds: float
     lease_seconds: float
@@ -102,7 +106,7 @@ class Settings:
         values["home"] = Path(values["home"]).expanduser().resolve()
         if not values["database_url"]:
             values["database_url"] = f"sqlite:///{values['home'] / 'workbench.db'}"
-        for name in ("max_jobs", "max_attempts"):
+        for name in ("max_jobs", "max_attempts", "cpu_procs"):
             if values[name] < 1:
                 raise ConfigError(f"{_BY_NAME[name].env} must be at least 1")
         return cls(**values)

@@ -26,7 +26,10 @@ def parse_gpus(value: Optional[str]) -> Optional[list[int]]:
 @app.command()
 def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs at once (default WORKBENCH_MAX_JOBS)."),
            gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1; 'none' for CPU only. "
-                                                        "Default: every visible GPU, else CPU.")) -> None:
+                                                        "Default: every visible GPU, else CPU."),
+           procs: Optional[int] = typer.Option(None, "--procs", min=1,
+                                               help="Training processes per run on the CPU (DDP, gloo; default "
+                                                    "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
     from jobs.worker import Worker
     from workbench.context import open_workbench
@@ -35,7 +38,7 @@ def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        Worker(wb, max_jobs=max_jobs, gpus=parse_gpus(gpus)).run_forever(stop)
+        Worker(wb, max_jobs=max_jobs, gpus=parse_gpus(gpus), procs=procs).run_forever(stop)
     except KeyboardInterrupt:
         pass
     finally:

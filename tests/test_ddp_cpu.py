@@ -1,0 +1,149 @@
+"""Multi-process (DDP) training on the CPU with gloo, end to end through the queue (issue 13).
+
+Each test trains a tiny config-built BERT with 2 processes launched by torchrun
+(``workbench worker --procs 2`` / a spec's ``procs: 2``). Only SQLite: the
+distributed path does not depend on the database, and the 2-core CI budget is small.
+
+Tolerance for "the same metrics as 1 process with the same global batch": the
+2-process run sees each step's examples as two per-rank batches of 4 instead of
+one batch of 8, cut from the same bucketed order differently, and each rank
+draws its own dropout masks; so the trajectories differ a little. On this toy
+data both reach the same accuracy / entity F1 (|diff| <= METRIC_TOLERANCE) and
+mean training losses within LOSS_TOLERANCE (relative).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jobs.engine import run_training
+from jobs.progress import RecordingReporter
+from jobs.runner import SubprocessRunner
+from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.worker import Worker
+from storage.models import CANCELLED, FAILED, RUNNING, SUCCEEDED
+from tests.queue_support import make_settings, wait_until
+from tests.tiny_models import classification_records, ner_records, tiny_bert, write_jsonl
+from workbench.context import open_workbench
+from workbench.services import runs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+METRIC_TOLERANCE = 0.05
+LOSS_TOLERANCE = 0.15
+EPOCHS, N_TRAIN, PER_RANK_BATCH = 3, 64, 4  # 64 = a whole number of global batches of 8: no padding at an epoch's end
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+@pytest.fixture
+def wb(tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("WORKBENCH_") and not key.startswith("WORKBENCH_TEST_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())  # the ranks import tests.ddp_probe
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # 2 ranks on a 2-core machine
+    workbench = open_workbench(make_settings(tmp_path, f"sqlite:///{tmp_path / 'home' / 'workbench.db'}"))
+    yield workbench
+    workbench.close()
+
+
+def _spec(tmp_path: Path, model: Path, task: str, procs: int, batch: int, **train) -> RunSpec:
+    if task == "text-classification":
+        records, validation = classification_records(N_TRAIN), classification_records(16, 1)
+    else:
+        records, validation = ner_records(N_TRAIN), ner_records(16, 1)
+    train_path = write_jsonl(tmp_path / f"{task}.train.jsonl", records)
+    validation_path = write_jsonl(tmp_path / f"{task}.validation.jsonl", validation)
+    hp = {"epochs": EPOCHS, "batch_size": batch, "learning_rate": 5e-3, "max_length": 16, **train}
+    return RunSpec(task=task, model=str(model), procs=procs,
+                   data=DataSpec(train_path=str(train_path), validation_path=str(validation_path)),
+                   train=TrainSpec(**hp))
+
+
+def _worker(wb) -> Worker:
+    return Worker(wb, SubprocessRunner(module="tests.ddp_probe"), gpus=[], procs=2)
+
+
+def _run_to_end(wb, run_id: int, worker: Worker, timeout: float = 180) -> dict:
+    try:
+        assert wait_until(lambda: runs.get_run(wb, run_id)["status"] not in ("queued", RUNNING), timeout=timeout,
+                          step=worker.loop_once, interval=0.2)
+        assert wait_until(lambda: not worker.slots, timeout=30, step=worker.loop_once, interval=0.2)
+    finally:
+        worker.shutdown()
+    return runs.get_run(wb, run_id)
+
+
+def _process_tree(pid: int) -> list[psutil.Process]:
+    try:
+        return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _all_gone(processes: list[psutil.Process]) -> bool:
+    def gone(p):
+        try:
+            return p.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    return all(gone(p) for p in processes)
+
+
+def _seen_per_epoch(output_dir: Path, rank: int, batches_per_epoch: int) -> list[set[int]]:
+    batches = [json.loads(line) for line in (output_dir / f"seen.rank{rank}.jsonl").read_text().splitlines()]
+    return [{i for batch in batches[e:e + batches_per_epoch] for i in batch}
+            for e in range(0, len(batches), batches_per_epoch)]
+
+
+@pytest.mark.parametrize("task, metric", [("text-classification", "accuracy"),
+                                          ("token-classification", "entity_f1")])
+def test_two_cpu_processes_train_like_one_with_the_same_global_batch(wb, tiny, tmp_path, task, metric):
+    spec = _spec(tmp_path, tiny, task, procs=2, batch=PER_RANK_BATCH)
+    run_id = runs.submit_run(wb, spec)
+    record = _run_to_end(wb, run_id, _worker(wb))
+    assert record["status"] == SUCCEEDED, record["error_detail"]
+    assert record["device"] == "cpu x2"
+    out = Path(record["output_dir"])
+    two = record["metrics"]
+    steps = EPOCHS * N_TRAIN // (2 * PER_RANK_BATCH)
+    assert two["processes"] == 2 and two["steps"] == record["total_steps"] == record["step"] == steps
+
+    alone = dataclasses.replace(spec, procs=1, train=dataclasses.replace(spec.train, batch_size=2 * PER_RANK_BATCH))
+    one = run_training(alone, tmp_path / "one", RecordingReporter(), device="cpu")
+    assert one["steps"] == steps and one["processes"] == 1
+    assert abs(two[metric] - one[metric]) <= METRIC_TOLERANCE, (two, one)
+    assert one[metric] == 1.0  # the comparison means something: the model learned the task
+    assert abs(two["train_loss"] - one["train_loss"]) <= LOSS_TOLERANCE * one["train_loss"], (two, one)
+
+    # Only rank 0 wrote the model, the outputs and the database rows; rank 1 kept its own log.
+    assert (out / "model" / "model.safetensors").is_file() and (out / "metrics.json").is_file()
+    assert json.loads((out / "metrics.json").read_text())["processes"] == 2
+    rank1_log = (out / "train.rank1.log").read_text()
+    assert "rank 1 of 2: done; rank 0 writes the model" in rank1_log
+    assert "rank 1 of 2" not in (out / "train.log").read_text()
+    for name, points in runs.run_curves(wb, run_id).items():
+        point_steps = [p["step"] for p in points]
+        assert point_steps == sorted(set(point_steps)), name
+
+    # The bucketed sampler: in each epoch the two ranks trained on disjoint halves that cover the data.
+    per_epoch = steps // EPOCHS
+    rank0, rank1 = _seen_per_epoch(out, 0, per_epoch), _seen_per_epoch(out, 1, per_epoch)
+    assert len(rank0) == len(rank1) == EPOCHS
+    for epoch in range(EPOCHS):
+        assert not rank0[epoch] & rank1[epoch], f"epoch {epoch}: an example was trained on by both ranks"
+        assert rank0[epoch] | rank1[epoch] == set(range(N_TRAIN))
