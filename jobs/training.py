@@ -132,6 +132,19 @@ def any_rank(flag: bool, device) -> bool:
     return bool(value.item())
 
 
+def distributed_flags(device: str, processes: int) -> dict:
+    """The TrainingArguments that make N processes one data-parallel run."""
+    return {
+        # Several CPU processes: without gloo (and use_cpu) each rank would silently train a copy of its own
+        "ddp_backend": "gloo" if device == "cpu" and processes > 1 else None,
+        # With it, the Trainer multiplies each rank's loss by the process count, expecting the model to
+        # divide a summed loss by the global label count; BERT's classification heads return a mean, so
+        # the gradients and the logged losses came out N times too large (measured: 2x with 2 ranks).
+        # Without it, DDP averages the ranks' mean losses: the loss of the global batch.
+        "average_tokens_across_devices": False,
+    }
+
+
 def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -193,13 +206,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         seed=hp["seed"],
         data_seed=hp["seed"],
         use_cpu=device == "cpu",
-        # Several CPU processes: without gloo each rank would silently train a copy of its own
-        ddp_backend="gloo" if device == "cpu" and processes > 1 else None,
-        # With it, the Trainer multiplies each rank's loss by the process count, expecting the model to
-        # divide a summed loss by the global label count; BERT's classification heads return a mean, so
-        # the gradients and the logged losses came out N times too large (measured: 2x with 2 ranks).
-        # Without it, each rank's mean loss is averaged by DDP: the loss of the global batch.
-        average_tokens_across_devices=False,
+        **distributed_flags(device, processes),
         remove_unused_columns=False,  # the task modules keep exactly the model's inputs
         label_names=label_names,
         report_to=[],

@@ -147,3 +147,81 @@ def test_two_cpu_processes_train_like_one_with_the_same_global_batch(wb, tiny, t
     for epoch in range(EPOCHS):
         assert not rank0[epoch] & rank1[epoch], f"epoch {epoch}: an example was trained on by both ranks"
         assert rank0[epoch] | rank1[epoch] == set(range(N_TRAIN))
+
+
+def _ranks_of(wb, run_id: int) -> list[psutil.Process]:
+    """The launcher of the run's attempt and its two ranks (once both have started)."""
+    found: list[psutil.Process] = []
+
+    def started() -> bool:
+        found[:] = _process_tree(runs.get_run(wb, run_id)["pid"] or -1)
+        return len([p for p in found if "jobs.run_job" in " ".join(p.cmdline()) or "ddp_probe" in " ".join(p.cmdline())]) >= 2
+    assert wait_until(started, timeout=60, interval=0.2)
+    return found
+
+
+def test_cancel_stops_every_rank_at_a_checkpoint(wb, tiny, tmp_path):
+    run_id = runs.submit_run(wb, _spec(tmp_path, tiny, "text-classification", procs=2, batch=PER_RANK_BATCH,
+                                       epochs=None, max_steps=2000, eval_steps=500))
+    worker = _worker(wb)
+    try:
+        assert wait_until(lambda: runs.get_run(wb, run_id)["step"] >= 3, timeout=120, step=worker.loop_once,
+                          interval=0.1)
+        processes = _ranks_of(wb, run_id)
+        runs.cancel_run(wb, run_id)
+        started = time.monotonic()
+        assert wait_until(lambda: runs.get_run(wb, run_id)["status"] == CANCELLED, timeout=30,
+                          step=worker.loop_once, interval=0.1)
+        elapsed = time.monotonic() - started
+        assert wait_until(lambda: _all_gone(processes), timeout=30, step=worker.loop_once, interval=0.2), \
+            "a rank outlived the cancelled run"
+    finally:
+        worker.shutdown()
+    record = runs.get_run(wb, run_id)
+    assert elapsed < 10 and record["error"] is None
+    assert list((Path(record["output_dir"]) / "checkpoints").glob("checkpoint-*/trainer_state.json"))
+    log = (Path(record["output_dir"]) / "process.log").read_text()
+    assert "ChildFailedError" not in log  # a cancel is no failure for the launcher either
+
+
+def test_kill_9_of_the_worker_kills_every_rank_and_the_resumed_run_finishes(wb, tiny, tmp_path):
+    run_id = runs.submit_run(wb, _spec(tmp_path, tiny, "text-classification", procs=None, batch=PER_RANK_BATCH,
+                                       epochs=None, max_steps=60, eval_steps=10))
+    env = {**os.environ, **wb.settings.as_env()}
+    with open(tmp_path / "worker.log", "ab") as log:
+        first = subprocess.Popen([str(Path(sys.executable).parent / "workbench"), "worker", "--gpus", "none",
+                                  "--procs", "2"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(lambda: runs.get_run(wb, run_id)["step"] >= 13, timeout=120, interval=0.1), \
+            (tmp_path / "worker.log").read_text()[-3000:]
+        processes = _ranks_of(wb, run_id)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+    assert wait_until(lambda: _all_gone(processes), timeout=15, interval=0.2), \
+        f"orphans left: {[p.pid for p in processes if p.is_running()]}"
+    killed_at = runs.get_run(wb, run_id)
+    assert killed_at["status"] == RUNNING and killed_at["device"] == "cpu x2" and killed_at["step"] < 60
+    # The next worker takes the run over once its lease expires, and resumes it from the checkpoint.
+    record = _run_to_end(wb, run_id, Worker(wb, gpus=[], procs=2))
+    assert record["status"] == SUCCEEDED, record["error_detail"]
+    assert record["attempts"] == 2 and record["metrics"]["steps"] == record["total_steps"] == record["step"] == 60
+    log = Path(record["output_dir"], "train.log").read_text()
+    starts = [json.loads(line.split("run starts: ", 1)[1]) for line in log.splitlines() if "run starts: " in line]
+    assert starts[0]["resumed_from"] is None and "checkpoint-" in starts[-1]["resumed_from"]
+    assert starts[-1]["processes"] == 2 and starts[-1]["total_steps"] == 60
+
+
+def test_a_rank_that_crashes_fails_the_run_with_its_own_message(wb, tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROBE_CRASH_RANK", "1")
+    monkeypatch.setenv("PROBE_CRASH_STEP", "2")
+    run_id = runs.submit_run(wb, _spec(tmp_path, tiny, "text-classification", procs=2, batch=PER_RANK_BATCH))
+    worker = _worker(wb)
+    record = _run_to_end(wb, run_id, worker)
+    assert record["status"] == FAILED
+    assert record["error"].startswith("rank 1 of 2: "), record["error"]
+    assert "probe: rank 1 broke on purpose at step 2" in record["error"]
+    assert wait_until(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                                   if f"tests.ddp_probe {run_id} --attempt" in " ".join(p.info["cmdline"] or [])
+                                   and p.status() != psutil.STATUS_ZOMBIE], timeout=15), "a rank outlived the failed run"

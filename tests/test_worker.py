@@ -190,7 +190,8 @@ def test_subprocess_argv_and_environment(tmp_path):
     assert runner.argv(one)[1:] == ["-m", "jobs.run_job", "5", "--attempt", "2"]
     ddp = runner.argv(Launch(5, 1, tmp_path, (0, 1)))
     assert ddp[1:6] == ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    assert ddp[6:9] == ["-m", "jobs.run_job", "5"]
+    assert ddp[6:8] == ["--main_process_ip", "127.0.0.1"] and ddp[8] == "--main_process_port"
+    assert ddp[10:13] == ["-m", "jobs.run_job", "5"]
     assert Launch(5, 1, tmp_path, (0, 1)).device == "cuda:0,1" and Launch(5, 1, tmp_path).device == "cpu"
     # the child sees exactly its GPUs, and an empty list (CPU) as an empty CUDA_VISIBLE_DEVICES
     probe = SubprocessRunner(module="tests.print_env")
