@@ -141,3 +141,27 @@ def test_the_launchers_report_names_the_rank_that_died():
     assert describe_exit(1, "no report").startswith("the training process exited with code 1")
     assert is_peer_loss(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
     assert not is_peer_loss(ValueError("labels out of range"))
+
+
+def test_procs_from_the_command_line(wb, monkeypatch, capsys, tmp_path):
+    from tests.tiny_models import classification_records, write_jsonl
+    from workbench.cli import main
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(wb.settings.home))
+    data = write_jsonl(tmp_path / "d.jsonl", classification_records(20))
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        captured = capsys.readouterr()
+        return exc.value.code, captured.out, captured.err
+
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(data), "--procs", "2")
+    assert code == 0, err
+    assert runs.get_run(wb, int(out))["spec"]["procs"] == 2
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(data), "--procs", "0")
+    assert code == 2 and "procs must be a whole number of processes, at least 1" in err
+    code, out, err = cli("worker", "--procs", "0")
+    assert code == 2 and "--procs 0: give at least 1" in err
+    code, out, _ = cli("worker", "--help")
+    assert code == 0 and "--procs" in out

@@ -38,7 +38,7 @@ def _dataset_id(wb, value: str, task: str, validation: Optional[str] = None) -> 
 
 
 def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epochs, lr, batch_size, max_length,
-               lora):
+               lora, procs: Optional[int] = None):
     """Config file first, flags over it; data paths become dataset ids."""
     from jobs.spec import RunSpec
     from workbench.services import datasets
@@ -57,6 +57,8 @@ def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epoc
             train[key] = value
     if lora:
         raw["lora"] = {**(raw.get("lora") or {}), "enabled": True}
+    if procs is not None:
+        raw["procs"] = procs
     data_is_file = bool(data) and Path(data).exists()
     eval_is_file = bool(eval_data) and Path(eval_data).exists()
     if data:
@@ -84,6 +86,9 @@ def train(
     batch_size: Optional[int] = typer.Option(None, "--batch-size"),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     lora: bool = typer.Option(False, "--lora", help="Train LoRA adapters instead of all weights."),
+    procs: Optional[int] = typer.Option(None, "--procs",
+                                        help="Data-parallel processes on a CPU worker (default: the worker's "
+                                             "--procs / WORKBENCH_CPU_PROCS); --batch-size is per process."),
     config: Optional[Path] = typer.Option(None, help="A YAML run spec; flags override it."),
     wait: bool = typer.Option(False, "--wait", help="Block until the run ends and print its final record."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}."),
@@ -95,7 +100,8 @@ def train(
 
     with open_workbench() as wb:
         spec = build_spec(wb, _load_config(config), task=task, data=data, eval_data=eval_data, model=model,
-                          epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora)
+                          epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora,
+                          procs=procs)
         run_id = runs.submit_run(wb, spec)
         if not wait:
             emit({"id": run_id, "status": "queued"}, as_json, str(run_id))

@@ -27,13 +27,15 @@ def parse_gpus(value: Optional[str]) -> Optional[list[int]]:
 def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs at once (default WORKBENCH_MAX_JOBS)."),
            gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1; 'none' for CPU only. "
                                                         "Default: every visible GPU, else CPU."),
-           procs: Optional[int] = typer.Option(None, "--procs", min=1,
+           procs: Optional[int] = typer.Option(None, "--procs",
                                                help="Training processes per run on the CPU (DDP, gloo; default "
                                                     "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
     from jobs.worker import Worker
     from workbench.context import open_workbench
 
+    if procs is not None and procs < 1:
+        raise ConfigError(f"--procs {procs}: give at least 1 training process per run")
     wb = open_workbench()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
