@@ -8,6 +8,7 @@ want smaller rates. LoRA trains few parameters and needs a larger rate.
 from __future__ import annotations
 
 import math
+import os
 
 PRESETS = ("quick", "standard", "thorough")
 SMALL, BASE = 100_000_000, 200_000_000  # parameter counts separating small / base / large
@@ -59,7 +60,9 @@ def resolve_hyperparameters(spec, model_info, n_train: int) -> dict:
     epochs = train.epochs if train.epochs is not None else default_epochs(preset, n_train)
     max_steps = train.max_steps
     if max_steps is None and preset == "quick":
-        steps_per_epoch = math.ceil(n_train / (batch * train.gradient_accumulation_steps))
+        # the batch is per process: under DDP (WORLD_SIZE ranks) an epoch takes that many times fewer steps
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        steps_per_epoch = math.ceil(n_train / (batch * train.gradient_accumulation_steps * processes))
         max_steps = min(QUICK_MAX_STEPS, max(1, steps_per_epoch))
     patience = train.early_stopping_patience
     if patience is None:

@@ -93,10 +93,11 @@ def die_with_launcher() -> bool:
 
     The launcher puts each rank in a session of its own and, killed with SIGKILL itself (its worker
     was killed), cannot stop them: without this they would train on as orphans holding memory.
-    Returns False when the launcher is already gone (the rank was re-parented) or prctl is missing.
+    Returns False when the launcher is already gone (the rank was re-parented to init). Without
+    prctl (not glibc Linux) it returns True and the run's reporter notices a changed parent instead.
     """
     if _LIBC is None:
-        return True  # the reporter notices a changed parent at its next check and stops
+        return True
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # The launcher may have died before prctl: the rank was then re-parented to init already.
     return os.getppid() != 1
