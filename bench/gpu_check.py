@@ -220,11 +220,14 @@ def queue_run(home: Path, model_path: Path, data: tuple[Path, Path], *, precisio
                 if record["status"] not in ("queued", "running", "cancelling") and not worker.slots:
                     break
                 time.sleep(0.5)
+            timed_out = runs.get_run(wb, run_id)["status"] in ("queued", "running", "cancelling")
         finally:
             worker.shutdown()
         record = runs.get_run(wb, run_id)
     finally:
         wb.close()
+    if timed_out:
+        record = {**record, "status": "timed out", "error": f"the run did not finish within {timeout:.0f} s"}
     metrics = record.get("metrics") or {}
     devices = max(1, len(gpus))
     sps = float(metrics.get("samples_per_second") or 0.0)

@@ -51,7 +51,8 @@ def test_smoke_mode_runs_every_part_on_the_cpu(tmp_path, monkeypatch):
     for key in [k for k in os.environ if k.startswith("WORKBENCH_") and not k.startswith("WORKBENCH_TEST_")]:
         monkeypatch.delenv(key)
     out = tmp_path / "report.json"
-    assert gpu_check.main(["--smoke", "--out", str(out)]) == gpu_check.EXIT_OK
+    # a budget far above the 5 minutes: the CI machine is slow and shared, and nothing may be skipped here
+    assert gpu_check.main(["--smoke", "--out", str(out), "--budget-seconds", "1200"]) == gpu_check.EXIT_OK
     report = json.loads(out.read_text())
     assert report["ok"] and report["mode"] == "smoke" and not report["failed"] and not report["skipped"]
     assert [t["precision"] for t in report["throughput"]] == ["fp32", "bf16"]
