@@ -1,6 +1,6 @@
 """Throughput of 1 vs N CPU processes per run (DDP on gloo), through the queue and the worker.
 
-    python bench/ddp_cpu_throughput.py [--data TRAIN.csv --dev DEV.csv] [--rows 800] [--procs 2] [--repeat 1]
+    python bench/ddp_cpu_throughput.py [--data TRAIN.csv --dev DEV.csv] [--rows 320] [--procs 2] [--repeat 1]
 
 The packaged MiniLM trains one epoch on the first ``--rows`` SMS messages
 (/work/shared/data), with the same global batch of 16: one process with batch
@@ -68,7 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA / "sms_spam_collection" / "train.csv")
     parser.add_argument("--dev", type=Path, default=DEFAULT_DATA / "sms_spam_collection" / "dev.csv")
-    parser.add_argument("--rows", type=int, default=800)
+    parser.add_argument("--rows", type=int, default=320)
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
