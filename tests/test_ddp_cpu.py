@@ -186,7 +186,7 @@ def test_cancel_stops_every_rank_at_a_checkpoint(wb, tiny, tmp_path):
 
 def test_kill_9_of_the_worker_kills_every_rank_and_the_resumed_run_finishes(wb, tiny, tmp_path):
     run_id = runs.submit_run(wb, _spec(tmp_path, tiny, "text-classification", procs=None, batch=PER_RANK_BATCH,
-                                       epochs=None, max_steps=60, eval_steps=10))
+                                       epochs=None, max_steps=30, eval_steps=10))
     env = {**os.environ, **wb.settings.as_env()}
     with open(tmp_path / "worker.log", "ab") as log:
         first = subprocess.Popen([str(Path(sys.executable).parent / "workbench"), "worker", "--gpus", "none",
@@ -202,15 +202,15 @@ def test_kill_9_of_the_worker_kills_every_rank_and_the_resumed_run_finishes(wb, 
     assert wait_until(lambda: _all_gone(processes), timeout=15, interval=0.2), \
         f"orphans left: {[p.pid for p in processes if p.is_running()]}"
     killed_at = runs.get_run(wb, run_id)
-    assert killed_at["status"] == RUNNING and killed_at["device"] == "cpu x2" and killed_at["step"] < 60
+    assert killed_at["status"] == RUNNING and killed_at["device"] == "cpu x2" and killed_at["step"] < 30
     # The next worker takes the run over once its lease expires, and resumes it from the checkpoint.
     record = _run_to_end(wb, run_id, Worker(wb, gpus=[], procs=2))
     assert record["status"] == SUCCEEDED, record["error_detail"]
-    assert record["attempts"] == 2 and record["metrics"]["steps"] == record["total_steps"] == record["step"] == 60
+    assert record["attempts"] == 2 and record["metrics"]["steps"] == record["total_steps"] == record["step"] == 30
     log = Path(record["output_dir"], "train.log").read_text()
     starts = [json.loads(line.split("run starts: ", 1)[1]) for line in log.splitlines() if "run starts: " in line]
     assert starts[0]["resumed_from"] is None and "checkpoint-" in starts[-1]["resumed_from"]
-    assert starts[-1]["processes"] == 2 and starts[-1]["total_steps"] == 60
+    assert starts[-1]["processes"] == 2 and starts[-1]["total_steps"] == 30
 
 
 def test_a_rank_that_crashes_fails_the_run_with_its_own_message(wb, tiny, tmp_path, monkeypatch):
