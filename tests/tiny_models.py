@@ -76,3 +76,146 @@ def documents(n: int, seed: int = 0) -> list[dict]:
     words = "the cat sat on a mat while dogs ran in parks and birds sang songs".split()
     return [{"text": " ".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) + "."
                              for _ in range(rng.randint(2, 5)))} for _ in range(n)]
+
+
+# --- today's architectures: tiny configs and tokenizers built locally --------------------------------
+#
+# Each tokenizer is built the way its family's real checkpoint ships one: DeBERTa-v3 and XLM-R as a bare
+# SentencePiece model (the fast tokenizer is converted from it at load time, which needs sentencepiece
+# and protobuf), ModernBERT as a byte-level BPE tokenizer.json. Vocabularies are trained on the words of
+# the test records below (plus some non-English text for the multilingual ones) in well under a second.
+
+_EXTRA_TEXT = ["où est la gare ? die katze schläft . el perro corre en el parque .",
+               "what is the weather like today ? the movie was long but fine ."]
+
+
+def corpus_lines() -> list[str]:
+    """Every text the tiny-model tests feed a tokenizer, so their words are in the vocabulary."""
+    lines = [r["text"] for r in classification_records(16)] + _POS + _NEG
+    lines += [" ".join(r["tokens"]) for r in ner_records(16)]
+    lines += [r["context"] + " " + r["question"] for r in qa_records(16)]
+    lines += [r["text"] for r in documents(16)] + _EXTRA_TEXT
+    lines += ["win cash prize now call", "see you soon", "alice lives in rome ."]
+    return lines
+
+
+def _train_sentencepiece(prefix: Path, vocab_size: int, **special) -> Path:
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus_lines() * 4), model_prefix=str(prefix),
+                                   vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
+                                   hard_vocab_limit=False, num_threads=1, minloglevel=2, **special)
+    return prefix.with_suffix(".model")
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=1))
+
+
+def deberta_v3_tokenizer(folder: Path) -> Path:
+    """A DeBERTa-v3-style folder: spm.model + tokenizer_config.json only, as microsoft/deberta-v3-* ships."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = _train_sentencepiece(folder / "spm", 300, pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
+                                 bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]",
+                                 user_defined_symbols=["[MASK]"])
+    assert model.name == "spm.model"
+    _write_json(folder / "tokenizer_config.json", {"tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": False,
+                                                   "vocab_type": "spm", "split_by_punct": False,
+                                                   "bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]",
+                                                   "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                                                   "mask_token": "[MASK]"})
+    return folder
+
+
+def xlm_roberta_tokenizer(folder: Path) -> Path:
+    """An XLM-R-style folder: sentencepiece.bpe.model (fairseq ids <s> <pad> </s> <unk>, <mask> last)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _train_sentencepiece(folder / "sentencepiece.bpe", 300)  # sentencepiece's own ids: <unk> 0, <s> 1, </s> 2
+    _write_json(folder / "tokenizer_config.json", {"tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>",
+                                                   "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+                                                   "unk_token": "<unk>", "pad_token": "<pad>",
+                                                   "mask_token": "<mask>"})
+    return folder
+
+
+def modernbert_tokenizer(folder: Path) -> Path:
+    """A ModernBERT-style tokenizer.json: GPT-style byte-level BPE, [CLS] text [SEP], no token_type_ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(corpus_lines(), trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=True),
+        processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "attention_mask"])
+    fast.save_pretrained(folder)
+    return folder
+
+
+def _vocab_size(folder: Path) -> int:
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(str(folder)))
+
+
+def tiny_modernbert(folder: Path) -> Path:
+    """A 2-layer ModernBERT (hidden 32, one local and one global attention layer) with a byte-level BPE."""
+    from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
+
+    if (folder / "config.json").is_file():
+        return folder
+    modernbert_tokenizer(folder)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    config = ModernBertConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=2, max_position_embeddings=256, global_attn_every_n_layers=2,
+                              local_attention=16, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
+                              sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id,
+                              eos_token_id=tok.sep_token_id)
+    ModernBertForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+def tiny_deberta_v3(folder: Path) -> Path:
+    """A 2-layer DeBERTa-v3 (relative attention, no absolute positions, type_vocab_size 0) with an spm.model."""
+    from transformers import DebertaV2Config, DebertaV2ForMaskedLM
+
+    if (folder / "config.json").is_file():
+        return folder
+    deberta_v3_tokenizer(folder)
+    config = DebertaV2Config(vocab_size=_vocab_size(folder), hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=128,
+                             relative_attention=True, position_buckets=32, pos_att_type=["p2c", "c2p"],
+                             norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+                             type_vocab_size=0, pad_token_id=0)
+    DebertaV2ForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+def tiny_xlm_roberta(folder: Path) -> Path:
+    """A 2-layer XLM-RoBERTa (type_vocab_size 1, positions offset by the padding index) with a SentencePiece model."""
+    from transformers import AutoTokenizer, XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    if (folder / "config.json").is_file():
+        return folder
+    xlm_roberta_tokenizer(folder)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    config = XLMRobertaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, max_position_embeddings=130, type_vocab_size=1,
+                              pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                              eos_token_id=tok.eos_token_id)
+    XLMRobertaForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+TINY_ARCHITECTURES = {"modernbert": tiny_modernbert, "deberta-v2": tiny_deberta_v3, "xlm-roberta": tiny_xlm_roberta}

@@ -136,6 +136,15 @@ def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, offsets: Sequen
     return spans[:n_best]
 
 
+def trim_span(context: str, start: int, end: int) -> tuple[int, int]:
+    """The span without surrounding whitespace: byte-level BPE offsets (ModernBERT) include the space before a word."""
+    while start < end and context[start].isspace():
+        start += 1
+    while end > start and context[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 def postprocess(examples: Sequence[dict], feature_example_ids: Sequence[str], feature_offsets: Sequence[list],
                 start_logits: np.ndarray, end_logits: np.ndarray, n_best: int = 20, max_answer_length: int = 30,
                 allow_null: bool = False, null_threshold: float = 0.0, cls_indices: Optional[Sequence[int]] = None) -> dict[str, dict]:
@@ -161,7 +170,8 @@ def postprocess(examples: Sequence[dict], feature_example_ids: Sequence[str], fe
         if best is None or (allow_null and null_score is not None and null_score - best[0] > null_threshold):
             answers[example["id"]] = {"text": "", "start": None, "score": null_score or 0.0}
         else:
-            answers[example["id"]] = {"text": example["context"][best[1]:best[2]], "start": best[1], "score": best[0]}
+            start, end = trim_span(example["context"], best[1], best[2])
+            answers[example["id"]] = {"text": example["context"][start:end], "start": start, "score": best[0]}
     return answers
 
 

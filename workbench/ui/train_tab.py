@@ -133,6 +133,9 @@ def model_facts(wb, spec: RunSpec) -> str:
                                                      (info.heads, "heads")) if value]
     if info.parameters:
         facts.append(f"{info.parameters / 1e6:.1f}M parameters")
+    if info.context_length:
+        facts.append(f"{info.context_length:,}-token context")
+    facts.extend(value for value in (info.languages, info.licence) if value)
     where = ("✔ available offline" if info.available_locally else
              "↓ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
                                       else ""))
