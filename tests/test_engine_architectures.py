@@ -201,6 +201,7 @@ def _run(task, folder, tmp_path, train, validation, lora_on=False, **train_kw):
     from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
     from tests.tiny_models import write_jsonl
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     train_kw.setdefault("learning_rate", 2e-3)
     train_kw.setdefault("epochs", 2)
     train_kw.setdefault("batch_size", 8)
@@ -218,41 +219,70 @@ def _run(task, folder, tmp_path, train, validation, lora_on=False, **train_kw):
 
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("family", list(TINY_ARCHITECTURES))
-def test_all_tasks_and_lora_train_end_to_end(tiny_folders, family, tmp_path):
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
+def _pairs(folder, tmp_path, family):
+    from transformers import pipeline
 
-    from tests.tiny_models import classification_records, documents, ner_records, qa_records
+    from tests.tiny_models import classification_records
 
-    folder = tiny_folders[family]
-    pairs = _run("text-classification", folder, tmp_path / "cls", classification_records(32, pair=True),
-                 classification_records(8, 1, pair=True), epochs=1)
-    assert 0.0 <= pairs["accuracy"] <= 1.0
-    classify = pipeline("text-classification", model=str(tmp_path / "cls" / "run" / "model"))
-    assert classify("a joy to watch")[0]["label"] in ("pos", "neg")
+    metrics = _run("text-classification", folder, tmp_path, classification_records(16, pair=True),
+                   classification_records(8, 1, pair=True), epochs=1)
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    classify = pipeline("text-classification", model=str(tmp_path / "run" / "model"))
+    out = classify({"text": "a joy to watch", "text_pair": "boring and dull"})
+    assert (out[0] if isinstance(out, list) else out)["label"] in ("pos", "neg")
 
-    ner = _run("token-classification", folder, tmp_path / "ner", ner_records(48), ner_records(8, 1), epochs=3)
-    assert {"entity_f1", "token_accuracy"} <= set(ner)
-    rows = [json.loads(line) for line in (tmp_path / "ner" / "run" / "predictions.jsonl").read_text().splitlines()]
+
+def _ner(folder, tmp_path, family):
+    from tests.tiny_models import ner_records
+
+    metrics = _run("token-classification", folder, tmp_path, ner_records(32), ner_records(8, 1), epochs=2)
+    assert {"entity_f1", "token_accuracy"} <= set(metrics)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(len(r["predicted"]) == len(r["tokens"]) for r in rows)
 
-    qa = _run("question-answering", folder, tmp_path / "qa", qa_records(32), qa_records(8, 1), max_length=48)
-    assert 0 <= qa["exact_match"] <= qa["f1"] <= 100
-    answers = [json.loads(line)["predicted"] for line in (tmp_path / "qa" / "run" / "predictions.jsonl").read_text().splitlines()]
-    assert all(a == a.strip() for a in answers)  # byte-level BPE offsets include the space before a word
-    model_dir = str(tmp_path / "qa" / "run" / "model")
+
+def _qa(folder, tmp_path, family):
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from tests.tiny_models import qa_records
+
+    metrics = _run("question-answering", folder, tmp_path, qa_records(16), qa_records(8, 1), max_length=48, epochs=1)
+    assert 0 <= metrics["exact_match"] <= metrics["f1"] <= 100
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(r["predicted"] == r["predicted"].strip() for r in rows)
+    model_dir = str(tmp_path / "run" / "model")
     model, tokenizer = AutoModelForQuestionAnswering.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     out = model(**tokenizer("where does alice live ?", "alice lives in rome .", return_tensors="pt"))
     assert out.start_logits.shape == out.end_logits.shape
 
-    mlm = _run("masked-lm", folder, tmp_path / "mlm", documents(32), documents(8, 1), epochs=3)
-    assert mlm["perplexity"] < mlm["perplexity_before"]
-    fill = pipeline("fill-mask", model=str(tmp_path / "mlm" / "run" / "model"))
+
+def _mlm(folder, tmp_path, family):
+    from transformers import pipeline
+
+    from tests.tiny_models import documents
+
+    metrics = _run("masked-lm", folder, tmp_path, documents(24), documents(8, 1), epochs=2)
+    assert metrics["perplexity"] < metrics["perplexity_before"]
+    fill = pipeline("fill-mask", model=str(tmp_path / "run" / "model"))
     assert len(fill(f"the cat sat on the {fill.tokenizer.mask_token} .")) > 0
 
-    tuned = _run("text-classification", folder, tmp_path / "lora", classification_records(32),
-                 classification_records(8, 1), lora_on=True, epochs=1)
-    assert tuned["trainable_parameters"] < tuned["total_parameters"]
-    adapter = json.loads((tmp_path / "lora" / "run" / "adapter" / "adapter_config.json").read_text())
+
+def _lora(folder, tmp_path, family):
+    from tests.tiny_models import classification_records
+
+    metrics = _run("text-classification", folder, tmp_path, classification_records(16), classification_records(8, 1),
+                   lora_on=True, epochs=1)
+    assert metrics["trainable_parameters"] < metrics["total_parameters"]
+    adapter = json.loads((tmp_path / "run" / "adapter" / "adapter_config.json").read_text())
     assert set(adapter["target_modules"]) == set(lora.target_modules(family))
+    assert set(adapter["modules_to_save"]) == set(lora.head_modules("text-classification", family))
+
+
+_CASES = {"text-pairs": _pairs, "ner": _ner, "qa": _qa, "masked-lm": _mlm, "lora": _lora}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", list(_CASES))
+@pytest.mark.parametrize("family", list(TINY_ARCHITECTURES))
+def test_every_task_and_lora_trains_end_to_end(tiny_folders, family, case, tmp_path):
+    _CASES[case](tiny_folders[family], tmp_path, family)

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jobs.tasks.common import Evaluation, Prepared, keep_columns, read_jsonl
+from jobs.tasks.common import Evaluation, Prepared, keep_columns, model_uses_token_type_ids, read_jsonl
 
 MAIN_METRIC = "loss"
 REQUIRED = ("text",)
@@ -118,7 +118,8 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
             tokenize_documents, batched=True, fn_kwargs=kwargs, remove_columns=["text"])
     train_ds = build(train)
     eval_ds = premask(build(validation), tokenizer, hp["mlm_probability"], hp["seed"] + 1, whole)
-    base = ["input_ids", "attention_mask"] + (["token_type_ids"] if "token_type_ids" in tokenizer.model_input_names else [])
+    # DeBERTa-v3's tokenizer emits segment ids its model has no embedding for (type_vocab_size 0): dropped
+    base = ["input_ids", "attention_mask"] + (["token_type_ids"] if model_uses_token_type_ids(tokenizer, config) else [])
     return Prepared(
         train_dataset=keep_columns(train_ds, base + ["special_tokens_mask", "word_ids"]),
         eval_dataset=keep_columns(eval_ds, base + ["labels"]),

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jobs.tasks.common import Evaluation, Prepared, keep_columns, read_jsonl, softmax
+from jobs.tasks.common import Evaluation, Prepared, keep_columns, model_uses_token_type_ids, read_jsonl, softmax
 from workbench.errors import TrainingError
 
 MAIN_METRIC = "entity_f1"  # token_accuracy when the tags are not BIO
@@ -146,7 +146,7 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
     kwargs = dict(tokenizer=tokenizer, max_length=hp["max_length"], label2id=label2id,
                   label_all_subtokens=bool(hp.get("label_all_subtokens")), continuation_ids=continuation_map(names))
     columns = ["input_ids", "attention_mask", "labels"] + (
-        ["token_type_ids"] if "token_type_ids" in tokenizer.model_input_names else [])
+        ["token_type_ids"] if model_uses_token_type_ids(tokenizer, config) else [])
     built = [keep_columns(Dataset.from_list([{"tokens": r["tokens"], "tags": r["tags"]} for r in recs])
                           .map(tokenize_batch, batched=True, fn_kwargs=kwargs), columns)
              for recs in (train, validation)]
