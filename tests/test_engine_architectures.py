@@ -81,6 +81,9 @@ def test_tokenizer_word_ids_offsets_mask_and_no_segment_ids(tiny_folders, family
     encoded = tokenizer(words, is_split_into_words=True)
     word_ids = encoded.word_ids()
     assert word_ids[0] is None and word_ids[-1] is None and sorted({w for w in word_ids if w is not None}) == [0, 1, 2, 3, 4]
+    if family == "modernbert":  # byte-level BPE: every pre-split word starts like a word of running text
+        starts = [encoded.word_to_tokens(i).start for i in range(len(words))]
+        assert all(tokenizer.convert_ids_to_tokens(encoded["input_ids"][k]).startswith("Ġ") for k in starts)
     labels = align_labels(word_ids, [1, 0, 0, 2, 3])
     assert [label for label in labels if label != IGNORE] == [1, 0, 0, 2, 3]
     # each word's tokens decode back to the word: the words were split where the caller split them
@@ -286,3 +289,10 @@ _CASES = {"text-pairs": _pairs, "ner": _ner, "qa": _qa, "masked-lm": _mlm, "lora
 @pytest.mark.parametrize("family", list(TINY_ARCHITECTURES))
 def test_every_task_and_lora_trains_end_to_end(tiny_folders, family, case, tmp_path):
     _CASES[case](tiny_folders[family], tmp_path, family)
+
+
+def test_qa_span_is_trimmed_of_the_space_byte_level_offsets_include():
+    context = "alice lives in rome ."
+    assert trim_span(context, 14, 19) == (15, 19)  # " rome" as a Ġrome token covers the space before it
+    assert trim_span(context, 15, 20) == (15, 19)
+    assert trim_span("   ", 0, 3) == (3, 3)
