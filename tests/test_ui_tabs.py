@@ -113,3 +113,10 @@ def test_a_run_link_names_a_positive_run_id():
 
     assert run_from_query({"run": "12"}) == 12
     assert [run_from_query(q) for q in ({}, None, {"run": ""}, {"run": "0"}, {"run": "-3"}, {"run": "x1"})] == [None] * 6
+
+
+def test_model_facts_show_context_languages_and_licence_of_a_new_encoder(wb):
+    spec = RunSpec(task="text-classification", model="mmBERT-small", data=DataSpec(train_path="train.jsonl"))
+    facts = train_tab.model_facts(wb, spec)
+    assert "**mmBERT-small** (modernbert)" in facts and "22 layers" in facts and "8,192-token context" in facts
+    assert "1800+ languages" in facts and "MIT" in facts and "needs a download" in facts
