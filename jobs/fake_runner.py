@@ -5,6 +5,8 @@ The behaviour is chosen by the run's model name, so one queue can mix them:
     fake:succeed          one step, a model folder, accuracy 1.0 (any non-fake model name too)
     fake:steps:N[:SEC]    N steps of SEC seconds, a checkpoint every 5 steps, resumes from it,
                           stops at a checkpoint on cancel (like the engine's callback)
+    fake:sweep:N[:SEC]    like steps, plus an evaluation (``eval/accuracy``) every 5 steps whose value depends
+                          on the learning rate (best at 5e-5) and grows with the step: a sweep objective
     fake:abort            os.abort(): a real SIGABRT, as a segfault would be
     fake:oom              raises the RuntimeError torch raises on CUDA OOM
     fake:raise            raises ValueError
@@ -19,6 +21,7 @@ can check that each run executed exactly once.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -55,7 +58,15 @@ def _last_checkpoint(output_dir: Path) -> int:
     return max(steps, default=0)
 
 
-def _steps(output_dir: Path, reporter: Reporter, total: int, delay: float) -> dict[str, float]:
+def sweep_accuracy(spec: RunSpec, step: int, total: int) -> float:
+    """The fake sweep objective: a learning rate near 5e-5 is best; every run improves with its steps."""
+    lr = spec.train.learning_rate or 5e-5
+    quality = math.exp(-(math.log10(lr) - math.log10(5e-5)) ** 2)
+    return round(quality * (0.5 + 0.5 * step / total), 6)
+
+
+def _steps(output_dir: Path, reporter: Reporter, total: int, delay: float,
+           spec: Optional[RunSpec] = None) -> dict[str, float]:
     start = _last_checkpoint(output_dir)
     for step in range(start + 1, total + 1):
         time.sleep(delay)
@@ -63,10 +74,15 @@ def _steps(output_dir: Path, reporter: Reporter, total: int, delay: float) -> di
         reporter.metrics(step, step / total, {"train/loss": 1.0 / step})
         if step % CHECKPOINT_EVERY == 0:
             _save_checkpoint(output_dir, step)
+            if spec is not None:
+                reporter.metrics(step, step / total, {"eval/accuracy": sweep_accuracy(spec, step, total)})
         if reporter.cancel_requested():
             _save_checkpoint(output_dir, step)
             raise Cancelled()
-    return {"loss": 1.0 / total, "resumed_from": float(start)}
+    metrics = {"loss": 1.0 / total, "resumed_from": float(start)}
+    if spec is not None:
+        metrics["accuracy"] = sweep_accuracy(spec, total, total)
+    return metrics
 
 
 def fake_train(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: str = "auto",
@@ -81,8 +97,9 @@ def fake_train(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: s
         raise ValueError("boom")
     if mode == "hang":
         time.sleep(3600)
-    if mode == "steps":
-        metrics = _steps(output_dir, reporter, int(args[0]), float(args[1]) if len(args) > 1 else 0.05)
+    if mode in ("steps", "sweep"):
+        metrics = _steps(output_dir, reporter, int(args[0]), float(args[1]) if len(args) > 1 else 0.05,
+                         spec if mode == "sweep" else None)
     else:
         reporter.progress(1, 1, 1.0)
         reporter.metrics(1, 1.0, {"train/loss": 0.5})

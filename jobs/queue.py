@@ -48,11 +48,13 @@ def new_worker_id() -> str:
 
 
 def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Optional[int] = None,
-           priority: int = 0) -> int:
-    """Insert a queued run for ``spec``; its artifacts will live in ``runs_dir/<id>``."""
+           priority: int = 0, sweep_id: Optional[int] = None, trial_number: Optional[int] = None) -> int:
+    """Insert a queued run for ``spec``; its artifacts will live in ``runs_dir/<id>``. A sweep's trial
+    carries its sweep and trial number from the start, so no worker can claim it unlinked."""
     with db.session() as session:
         run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
-                  dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, priority=priority)
+                  dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, priority=priority,
+                  sweep_id=sweep_id, trial_number=trial_number)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))

@@ -28,14 +28,14 @@ from jobs.runner import PROCESS_LOG, die_with_launcher
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE
 from storage.db import Database
-from storage.models import CANCELLED, FAILED, SUCCEEDED, Artifact, MetricPoint, Run
+from storage.models import CANCELLED, FAILED, PRUNED, SUCCEEDED, Artifact, MetricPoint, Run
 from workbench.context import Workbench
 from workbench.settings import Settings
 from workbench.errors import TrainingError
 
 log = logging.getLogger("jobs.run_job")
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED = 0, 2, 3, 4
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED, EXIT_PRUNED = 0, 2, 3, 4, 5
 WRITE_INTERVAL_S = 1.0
 
 TrainFn = Callable[..., Mapping[str, Any]]
@@ -225,10 +225,15 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
             log.error("run %s attempt %s is not ours any more; nothing to do", run_id, attempt)
             return EXIT_ORPHANED
         raw_spec, output_dir = dict(run.spec), Path(run.output_dir)
+        sweep_id, trial_number = run.sweep_id, run.trial_number
     output_dir.mkdir(parents=True, exist_ok=True)
     if _is_rank_zero():
         discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
+    if sweep_id is not None and trial_number is not None:
+        from jobs.sweeps import trial_reporter
+
+        reporter = trial_reporter(wb, reporter, sweep_id, trial_number, enabled=_is_rank_zero())
     spec = None
     try:
         spec = RunSpec.from_dict(raw_spec)
@@ -238,6 +243,11 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
                           init_model_path=str(init_model) if init_model else None)
     except Cancelled:
         reporter.flush()
+        if getattr(reporter, "pruned", False) and not reporter.orphaned:
+            # The sweep tells Optuna; the worker's slot is free as soon as this process exits.
+            queue.finish(wb.db, run_id, attempt, PRUNED, eta_seconds=None)
+            log.info("run %s pruned at step %s", run_id, reporter.pruned_at)
+            return EXIT_PRUNED
         if reporter.orphaned:
             log.warning("run %s: the worker is gone; stopped at a checkpoint for another worker to resume", run_id)
             return EXIT_ORPHANED

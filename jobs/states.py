@@ -1,31 +1,34 @@
 """The run life cycle as data: which status may follow which.
 
-    queued ──claim──> running ──> succeeded | failed | cancelled
-      ^                 │  └─cancel─> cancelling ──> cancelled | failed | succeeded
+    queued ──claim──> running ──> succeeded | failed | cancelled | pruned
+      ^                 │  └─cancel─> cancelling ──> cancelled | failed | succeeded | pruned
       │                 └─lease expired (worker died)─┐
       └───────────────── retry / requeue ─────────────┘
 
 Every status change in the queue and the services goes through
 ``check_transition`` so that an illegal move (cancel a finished run, retry a
 running one) is an ``InvalidState`` error with a sentence, never a silent write.
-The database stores only the status strings (``storage.models``).
+The database stores only the status strings (``storage.models``). ``pruned`` is
+a sweep trial that its pruner stopped early (see ``jobs.sweeps``): final, like succeeded.
 """
 from __future__ import annotations
 
-from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
+from storage.models import CANCELLED, CANCELLING, FAILED, PRUNED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
 from workbench.errors import InvalidState
 
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, PRUNED})
 ACTIVE = frozenset({RUNNING, CANCELLING})
 
 ALLOWED: dict[str, frozenset[str]] = {
     # queued -> cancelled: cancelling a run nobody has started needs no process to stop.
     QUEUED: frozenset({RUNNING, CANCELLED}),
     # running -> queued: the lease expired (worker died); the run is resumed from its checkpoint.
-    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLING, CANCELLED, QUEUED}),
-    # A run may finish on its own before it sees the cancel request.
-    CANCELLING: frozenset({CANCELLED, FAILED, SUCCEEDED}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLING, CANCELLED, QUEUED, PRUNED}),
+    # A run may finish on its own (or be pruned) before it sees the cancel request.
+    CANCELLING: frozenset({CANCELLED, FAILED, SUCCEEDED, PRUNED}),
     SUCCEEDED: frozenset(),
+    # Like succeeded: Optuna was told, so the trial cannot run again.
+    PRUNED: frozenset(),
     # retry
     FAILED: frozenset({QUEUED}),
     CANCELLED: frozenset({QUEUED}),
@@ -33,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 _VERBS = {
     RUNNING: "start", SUCCEEDED: "mark as succeeded", FAILED: "mark as failed",
-    CANCELLING: "cancel", CANCELLED: "cancel", QUEUED: "queue again",
+    CANCELLING: "cancel", CANCELLED: "cancel", QUEUED: "queue again", PRUNED: "mark as pruned",
 }
 
 

@@ -127,6 +127,11 @@ class ReporterCallback(TrainerCallback):
                   if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime", "_per_second"))}
         if values:
             self.reporter.metrics(state.global_step, state.epoch, values)
+            # A sweep's pruner answers right after an evaluation: stop now rather than after one more step.
+            if self.reporter.cancel_requested():
+                self.cancelled = True
+                control.should_training_stop = True
+        return control
 
 
 def world_size() -> int:

@@ -25,6 +25,7 @@ from jobs import queue
 from jobs.failures import describe_exit, log_tail
 from jobs.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
 from jobs.spec import RunSpec
+from jobs.sweeps import SweepDriver
 from jobs.states import ACTIVE
 from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, Run, utcnow
 from workbench.context import Workbench
@@ -79,12 +80,14 @@ class Worker:
         self.slots: dict[int, Slot] = {}
         self._last_heartbeat: Optional[dt.datetime] = None
         self._registered = False
+        # Sweeps are topped up by whichever worker gets to them first; `train --wait`'s worker runs one run only.
+        self.sweeps = SweepDriver(wb, self.worker_id) if self.only_runs is None else None
 
     # -- one iteration -------------------------------------------------------------------------
     def loop_once(self, now: Optional[dt.datetime] = None) -> int:
         """One pass over every duty; returns how many runs were launched."""
         now = now or utcnow()
-        for phase in (self._reap, self._heartbeat, self._enforce_cancel, self._reclaim):
+        for phase in (self._reap, self._heartbeat, self._enforce_cancel, self._reclaim, self._advance_sweeps):
             self._guarded(phase, now)
         launched = self._guarded(self._claim_and_launch, now)
         return launched or 0
@@ -151,6 +154,11 @@ class Worker:
 
     def _reclaim(self, now: dt.datetime) -> None:
         queue.reclaim_expired(self.wb.db, self.wb.settings.lease_seconds, now, self.max_attempts)
+
+    def _advance_sweeps(self, now: dt.datetime) -> None:
+        """Tell Optuna about trials that ended (here or on any worker) and queue the next ones, before claiming."""
+        if self.sweeps is not None:
+            self.sweeps.advance_all(now)
 
     def _free_gpus(self) -> list[int]:
         busy = {g for slot in self.slots.values() for g in slot.job.gpus}

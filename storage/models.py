@@ -1,4 +1,4 @@
-"""SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds.
+"""SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds, sweeps.
 
 The schema is created and upgraded only through the Alembic migrations in
 ``storage/migrations``; a change here needs a new revision there.
@@ -23,7 +23,14 @@ class Base(DeclarativeBase):
 # Run states. The allowed moves are in jobs.states; the database only stores them.
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED = (
     "queued", "running", "succeeded", "failed", "cancelling", "cancelled")
-RUN_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED)
+# A sweep trial the pruner stopped early: finished on purpose, neither failed nor cancelled.
+PRUNED = "pruned"
+RUN_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED, PRUNED)
+
+# Sweep states: running (trials being asked for and run), cancelling (no new trials; waiting for the
+# running ones to stop), finished (every trial ended), cancelled.
+SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED = "running", "cancelling", "finished", "cancelled"
+SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED)
 
 
 class Dataset(Base):
@@ -75,6 +82,10 @@ class Run(Base):
     started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     heartbeat_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    # A sweep's trial: the sweep and Optuna's trial number (one run per trial, retries included).
+    sweep_id: Mapped[Optional[int]] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL",
+                                                               name="fk_runs_sweep_id"), nullable=True)
+    trial_number: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
 
     dataset: Mapped[Optional[Dataset]] = relationship()
     points: Mapped[list["MetricPoint"]] = relationship(
@@ -85,6 +96,8 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_status_priority", "status", "priority", "id"),
         Index("ix_runs_created_at", "created_at"),
+        # Two processes creating a run for the same trial: the second insert fails instead of doubling it.
+        Index("ix_runs_sweep_trial", "sweep_id", "trial_number", unique=True),
     )
 
 
@@ -143,3 +156,26 @@ class Worker(Base):
     gpus: Mapped[str] = mapped_column(String(200), default="")
     started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
+
+
+class Sweep(Base):
+    """A hyper-parameter search: its spec (``jobs.sweep_spec.SweepSpec``), its Optuna study and state.
+
+    The study itself (trials, parameters, reported values) lives in Optuna's tables in the same
+    database; the trials' runs point here through ``Run.sweep_id``. ``lock_owner``/``lock_until``
+    is a short lease: whoever holds it is the only process asking Optuna for trials of this sweep.
+    """
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    task: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16), default=SWEEP_RUNNING, index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study_name: Mapped[str] = mapped_column(String(120), unique=True)
+    error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    lock_owner: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    lock_until: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)

@@ -2,7 +2,7 @@
 import pytest
 
 from jobs.states import ALLOWED, TERMINAL, can_transition, check_transition, sources_of
-from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
+from storage.models import CANCELLED, CANCELLING, FAILED, PRUNED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
 from workbench.errors import InvalidState
 
 
@@ -14,7 +14,8 @@ def test_every_state_has_a_rule_and_targets_are_states():
 
 @pytest.mark.parametrize("current,new", [
     (QUEUED, RUNNING), (QUEUED, CANCELLED), (RUNNING, SUCCEEDED), (RUNNING, FAILED), (RUNNING, CANCELLING),
-    (RUNNING, QUEUED), (CANCELLING, CANCELLED), (CANCELLING, SUCCEEDED), (FAILED, QUEUED), (CANCELLED, QUEUED)])
+    (RUNNING, QUEUED), (CANCELLING, CANCELLED), (CANCELLING, SUCCEEDED), (FAILED, QUEUED), (CANCELLED, QUEUED),
+    (RUNNING, PRUNED), (CANCELLING, PRUNED)])
 def test_allowed_moves(current, new):
     check_transition(1, current, new)
     assert can_transition(current, new)
@@ -22,7 +23,8 @@ def test_allowed_moves(current, new):
 
 @pytest.mark.parametrize("current,new", [
     (SUCCEEDED, QUEUED), (SUCCEEDED, CANCELLING), (FAILED, RUNNING), (CANCELLED, CANCELLING),
-    (QUEUED, SUCCEEDED), (QUEUED, FAILED), (CANCELLING, RUNNING), (CANCELLING, QUEUED)])
+    (QUEUED, SUCCEEDED), (QUEUED, FAILED), (CANCELLING, RUNNING), (CANCELLING, QUEUED),
+    (QUEUED, PRUNED), (PRUNED, QUEUED)])
 def test_refused_moves_say_why(current, new):
     with pytest.raises(InvalidState, match=f"run 7: it is {current}"):
         check_transition(7, current, new)
@@ -35,7 +37,9 @@ def test_unknown_status_is_refused():
 
 def test_terminal_states_have_no_way_forward_except_retry():
     assert ALLOWED[SUCCEEDED] == frozenset()
-    for state in TERMINAL - {SUCCEEDED}:
+    # A pruned trial was told to its sweep's study: final like a success.
+    assert ALLOWED[PRUNED] == frozenset()
+    for state in TERMINAL - {SUCCEEDED, PRUNED}:
         assert ALLOWED[state] == {QUEUED}
 
 

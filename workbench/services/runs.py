@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Columns of the runs table view: everything a row shows, nothing it does not (no spec, no error_detail).
 _LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress, Run.step, Run.total_steps,
                  Run.epoch, Run.eta_seconds, Run.metrics, Run.error, Run.device, Run.attempts, Run.created_at,
-                 Run.started_at, Run.finished_at, Run.dataset_id)
+                 Run.started_at, Run.finished_at, Run.dataset_id, Run.sweep_id, Run.trial_number)
 _ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
            "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress}
 
@@ -69,6 +69,12 @@ def _require_dataset(session, dataset_id: str) -> Dataset:
 
 def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0) -> int:
     """Queue a run; a worker picks it up. Returns its id."""
+    submit_run_checks(wb, spec)
+    return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority)
+
+
+def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
+    """What must hold before ``spec`` is queued (also for a sweep's base spec): its data and parent exist."""
     with wb.db.session() as session:
         if spec.data.dataset_id:
             _require_dataset(session, spec.data.dataset_id)
@@ -76,12 +82,13 @@ def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = N
             raise ConfigError("the run has no training data: give a dataset id or a train file")
         if spec.init_from_run is not None:
             _require(session, spec.init_from_run)
-    return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority)
 
 
 def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str] = None,
-              order_by: str = "-created_at", limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-    """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest)."""
+              order_by: str = "-created_at", limit: int = 100, offset: int = 0,
+              sweep_id: Optional[int] = None) -> list[dict[str, Any]]:
+    """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest);
+    ``sweep_id`` keeps only that sweep's trials."""
     descending = order_by.startswith("-")
     column = _ORDERS.get(order_by.lstrip("-"))
     if column is None:
@@ -89,6 +96,8 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
     stmt = select(*_LIST_COLUMNS, Dataset.name.label("dataset")).outerjoin(Dataset, Run.dataset_id == Dataset.id)
     if status:
         stmt = stmt.where(Run.status == status)
+    if sweep_id is not None:
+        stmt = stmt.where(Run.sweep_id == sweep_id)
     if search:
         # autoescape: `%` and `_` in the search are characters to find, not LIKE wildcards.
         text = search.lower()
@@ -150,11 +159,18 @@ def cancel_run(wb: Workbench, run_id: int) -> str:
 
 
 def retry_run(wb: Workbench, run_id: int) -> int:
-    """Queue a failed or cancelled run again, under the same id; it resumes from its last checkpoint."""
+    """Queue a failed or cancelled run again, under the same id; it resumes from its last checkpoint.
+    A sweep's trial is refused: its sweep already counted the outcome (a trial is told once)."""
     with wb.db.session() as session:
-        dataset_id = ((_require(session, run_id).spec or {}).get("data") or {}).get("dataset_id")
-        if dataset_id:
+        run = _require(session, run_id)
+        sweep_id, status = run.sweep_id, run.status
+        dataset_id = ((run.spec or {}).get("data") or {}).get("dataset_id")
+        if sweep_id is None and dataset_id:
             _require_dataset(session, dataset_id)
+    if sweep_id is not None:
+        from jobs.sweeps import refused_retry_reason
+
+        raise InvalidState(f"cannot retry run {run_id}: {refused_retry_reason(status)}")
     queue.requeue(wb.db, run_id)
     return run_id
 

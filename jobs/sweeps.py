@@ -1,0 +1,320 @@
+"""Sweeps on the queue: Optuna asks, the queue runs, Optuna is told.
+
+Every trial is a normal queued run (``Run.sweep_id``, ``Run.trial_number``), so any
+worker runs it, and crash resume, cancel, logs and curves are those of a run. The
+study lives in Optuna's own tables in the workbench's database (RDB storage on
+the same URL), so a restart loses nothing.
+
+Who asks Optuna for the next trial? ``advance(...)``: every worker calls it once
+per loop iteration for each open sweep (``SweepDriver.advance_all``), and
+``create``/``cancel`` call it once. It
+
+1. takes the sweep's short lease (one conditional UPDATE on the sweep row; whoever
+   loses skips the sweep this time), so only one process asks at a time;
+2. tells Optuna the outcome of every trial whose run ended: succeeded -> its final
+   metric, pruned -> PRUNED, failed or cancelled -> FAIL. A run that a dead worker
+   handed back to the queue is not ended, so its retry is the same trial, told once;
+3. re-creates the run of a trial that was asked for but has none (a process died
+   between ``ask`` and the insert) — restart-safe without a two-phase protocol;
+4. asks for new trials until ``parallelism`` are queued or running, up to ``n_trials``;
+5. marks the sweep finished (or cancelled) once every trial ended.
+
+A unique index on (sweep_id, trial_number) stops two processes from creating two
+runs for one trial even if a lease were overrun.
+
+Optuna's RDB storage keeps its schema version in ``alembic_version``, the table the
+workbench's own migrations use: the storage is opened with its compatibility check
+off (the workbench pins the Optuna major version instead) and its tables are
+created under the workbench's schema lock.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from jobs import queue
+from jobs.states import ACTIVE
+from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, format_params
+from storage.db import Database
+from storage.models import (PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FINISHED,
+                            SWEEP_RUNNING, Run, Sweep, utcnow)
+
+if TYPE_CHECKING:
+    import optuna
+
+    from workbench.context import Workbench
+
+log = logging.getLogger(__name__)
+
+LEASE_SECONDS = 60.0
+OPEN = (SWEEP_RUNNING, SWEEP_CANCELLING)
+NOT_ENDED = (QUEUED, *ACTIVE)
+
+
+# -- Optuna objects, rebuilt from the sweep spec (samplers and pruners are not stored by Optuna) ----------
+
+def open_storage(db: Database) -> "optuna.storages.RDBStorage":
+    """Optuna's RDB storage on the workbench's database URL; its tables are created on first use."""
+    import optuna
+    from storage.db import _MIGRATING_IN_THIS_PROCESS, _lock_schema, _sqlite_file_lock
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    kwargs: dict[str, Any] = ({"connect_args": {"timeout": 30}} if db.is_sqlite
+                              else {"pool_pre_ping": True})
+    # Processes starting together on a fresh database would race to create Optuna's tables.
+    with _MIGRATING_IN_THIS_PROCESS, _sqlite_file_lock(db.engine), db.engine.begin() as connection:
+        _lock_schema(connection)
+        return optuna.storages.RDBStorage(db.url, engine_kwargs=kwargs, skip_compatibility_check=True)
+
+
+def distributions(space: Mapping[str, ParamSpec]) -> dict[str, "optuna.distributions.BaseDistribution"]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for name, param in space.items():
+        if param.kind == "categorical":
+            out[name] = CategoricalDistribution(list(param.choices or []))
+        elif param.kind == "int":
+            out[name] = IntDistribution(int(param.low), int(param.high), log=param.log)
+        else:
+            out[name] = FloatDistribution(float(param.low), float(param.high), log=param.log)
+    return out
+
+
+def make_sampler(spec: SweepSpec, trial_number: int) -> "optuna.samplers.BaseSampler":
+    """TPE with ``constant_liar`` so that trials asked while others run get distinct parameters. Seeded per
+    trial: a sampler re-created with the same seed for every ask would repeat its random start-up points."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=spec.seed * 100_003 + trial_number, constant_liar=True,
+                                      n_startup_trials=max(2, min(10, spec.n_trials // 3)))
+
+
+def make_pruner(spec: SweepSpec) -> "optuna.pruners.BasePruner":
+    import optuna
+
+    if spec.pruner == "median":
+        # Half the first wave decides nothing: a median of one or two finished trials is noise.
+        return optuna.pruners.MedianPruner(n_startup_trials=max(2, spec.parallelism), n_warmup_steps=0)
+    if spec.pruner == "successive-halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def load_study(storage, study_name: str, spec: SweepSpec, trial_number: int = 0) -> "optuna.Study":
+    import optuna
+
+    return optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(spec, trial_number),
+                             pruner=make_pruner(spec))
+
+
+def create_study(storage, study_name: str, spec: SweepSpec) -> None:
+    import optuna
+
+    optuna.create_study(study_name=study_name, storage=storage, direction=spec.direction, load_if_exists=True)
+
+
+# -- the sweep lease -------------------------------------------------------------------------------------
+
+def _take_lease(db: Database, sweep_id: int, owner: str, now: dt.datetime) -> bool:
+    with db.session() as session:
+        result = session.execute(
+            update(Sweep).where(Sweep.id == sweep_id, Sweep.status.in_(OPEN),
+                                or_(Sweep.lock_owner.is_(None), Sweep.lock_until < now, Sweep.lock_owner == owner))
+            .values(lock_owner=owner, lock_until=now + dt.timedelta(seconds=LEASE_SECONDS))
+            .execution_options(synchronize_session=False))
+        return result.rowcount == 1
+
+
+def _drop_lease(db: Database, sweep_id: int, owner: str) -> None:
+    with db.session() as session:
+        session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.lock_owner == owner)
+                        .values(lock_owner=None, lock_until=None).execution_options(synchronize_session=False))
+
+
+# -- one step of a sweep ---------------------------------------------------------------------------------
+
+def advance(wb: "Workbench", storage, sweep_id: int, owner: str, now: Optional[dt.datetime] = None) -> bool:
+    """Tell ended trials, re-create lost ones, top the sweep up, finish it. False when another process
+    holds the sweep's lease (it does the same work)."""
+    now = now or utcnow()
+    if not _take_lease(wb.db, sweep_id, owner, now):
+        return False
+    try:
+        _advance_locked(wb, storage, sweep_id, now)
+    finally:
+        _drop_lease(wb.db, sweep_id, owner)
+    return True
+
+
+def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime) -> None:
+    from optuna.trial import TrialState
+
+    with wb.db.session() as session:
+        sweep = session.get(Sweep, sweep_id)
+        spec, study_name, status = SweepSpec.from_dict(sweep.spec), sweep.study_name, sweep.status
+        runs = {r.trial_number: r for r in session.execute(
+            select(Run.id, Run.trial_number, Run.status, Run.metrics).where(Run.sweep_id == sweep_id)).all()}
+    study = load_study(storage, study_name, spec)
+    trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        run = runs.get(trial.number)
+        if trial.state != TrialState.RUNNING:
+            continue  # finished and told, or enqueued (WAITING) and handed out by the next ask
+        if run is None:
+            if status == SWEEP_RUNNING:
+                _create_trial_run(wb, sweep_id, spec, trial.number, trial.params)
+            else:
+                study.tell(trial.number, state=TrialState.FAIL)
+        elif run.status not in NOT_ENDED:
+            _tell(study, trial.number, run.status, run.metrics or {}, spec.metric)
+    runs = _runs_by_trial(wb, sweep_id)
+    active = sum(1 for r in runs.values() if r.status in NOT_ENDED)
+    asked = sum(1 for t in trials if t.state != TrialState.WAITING)
+    while status == SWEEP_RUNNING and asked < spec.n_trials and active < spec.parallelism:
+        trial = load_study(storage, study_name, spec, trial_number=asked).ask(distributions(spec.space))
+        _create_trial_run(wb, sweep_id, spec, trial.number, trial.params)
+        asked, active = asked + 1, active + 1
+    if active == 0 and (status == SWEEP_CANCELLING or asked >= spec.n_trials):
+        final = SWEEP_CANCELLED if status == SWEEP_CANCELLING else SWEEP_FINISHED
+        with wb.db.session() as session:
+            session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == status)
+                            .values(status=final, finished_at=now).execution_options(synchronize_session=False))
+        log.info("sweep %s: %s", sweep_id, final)
+
+
+def _runs_by_trial(wb: "Workbench", sweep_id: int) -> dict[int, Any]:
+    with wb.db.session() as session:
+        return {r.trial_number: r for r in session.execute(
+            select(Run.id, Run.trial_number, Run.status).where(Run.sweep_id == sweep_id)).all()}
+
+
+def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metric: str) -> None:
+    from optuna.trial import TrialState
+
+    value = metrics.get(metric)
+    if run_status == SUCCEEDED and isinstance(value, (int, float)):
+        study.tell(number, float(value))
+    elif run_status == PRUNED:
+        study.tell(number, state=TrialState.PRUNED)
+    else:
+        if run_status == SUCCEEDED:
+            log.warning("trial %s succeeded without the metric %r; told as failed", number, metric)
+        study.tell(number, state=TrialState.FAIL)
+    log.info("trial %s: told %s", number, run_status)
+
+
+def _create_trial_run(wb: "Workbench", sweep_id: int, spec: SweepSpec, number: int,
+                      params: Mapping[str, Any]) -> Optional[int]:
+    name = f"{spec.name or f'sweep {sweep_id}'} #{number}: {format_params(params)}"[:200]
+    run_spec = apply_params(spec.base, params, name=name)
+    try:
+        return queue.submit(wb.db, run_spec, wb.settings.runs_dir, sweep_id=sweep_id, trial_number=number)
+    except IntegrityError:
+        log.info("sweep %s trial %s: another process created its run first", sweep_id, number)
+        return None
+
+
+class SweepDriver:
+    """Held by a worker: the Optuna storage opened once, and one ``advance`` per open sweep per call."""
+
+    def __init__(self, wb: "Workbench", owner: str):
+        self.wb, self.owner = wb, owner
+        self._storage = None
+
+    @property
+    def storage(self):
+        if self._storage is None:
+            self._storage = open_storage(self.wb.db)
+        return self._storage
+
+    def advance_all(self, now: Optional[dt.datetime] = None) -> int:
+        """Advance every open sweep; returns how many this process advanced. Cheap when there is none:
+        one indexed SELECT, and Optuna is imported only once a sweep exists."""
+        with self.wb.db.session() as session:
+            ids = list(session.scalars(select(Sweep.id).where(Sweep.status.in_(OPEN)).order_by(Sweep.id)))
+        done = 0
+        for sweep_id in ids:
+            try:
+                done += advance(self.wb, self.storage, sweep_id, self.owner, now)
+            except Exception:  # noqa: BLE001 - one broken sweep must not stop the others or the worker
+                log.exception("sweep %s: could not advance", sweep_id)
+        return done
+
+
+# -- inside a trial's training process ---------------------------------------------------------------------
+
+class TrialReporter:
+    """Wraps the run's reporter: reports the objective at each evaluation to Optuna and asks the pruner.
+
+    A pruned trial answers ``cancel_requested()`` with True, so the engine stops at once as for a
+    cancel; ``jobs.run_job`` then records the run as pruned rather than cancelled.
+    """
+
+    def __init__(self, inner, storage, study_name: str, spec: SweepSpec, trial_number: int, enabled: bool = True):
+        self.inner, self.metric_key = inner, f"eval/{spec.metric}"
+        self.enabled = enabled
+        self.pruned = False
+        self.pruned_at: Optional[int] = None
+        self._trial = None
+        if enabled:
+            import optuna
+
+            study = load_study(storage, study_name, spec, trial_number)
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, trial_number)
+            self._trial = optuna.trial.Trial(study, trial_id)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def progress(self, step, total_steps, epoch):
+        self.inner.progress(step, total_steps, epoch)
+
+    def info(self, values):
+        self.inner.info(values)
+
+    def metrics(self, step, epoch, values):
+        self.inner.metrics(step, epoch, values)
+        value = values.get(self.metric_key)
+        if self._trial is None or self.pruned or not isinstance(value, (int, float)):
+            return
+        try:
+            self._trial.report(float(value), int(step))
+            if self._trial.should_prune():
+                self.pruned, self.pruned_at = True, int(step)
+                log.info("trial pruned at step %s (%s=%.4g)", step, self.metric_key, value)
+        except Exception:  # noqa: BLE001 - a study we cannot reach must not fail a training run
+            log.exception("could not report to the study; the trial goes on unpruned")
+
+    def cancel_requested(self) -> bool:
+        return self.pruned or self.inner.cancel_requested()
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
+def trial_reporter(wb: "Workbench", inner, sweep_id: int, trial_number: int, enabled: bool):
+    """The reporter of a sweep trial's run; the plain one when the study cannot be opened."""
+    with wb.db.session() as session:
+        sweep = session.get(Sweep, sweep_id)
+        if sweep is None:
+            return inner
+        spec, study_name = SweepSpec.from_dict(sweep.spec), sweep.study_name
+    try:
+        return TrialReporter(inner, open_storage(wb.db) if enabled else None, study_name, spec, trial_number,
+                             enabled)
+    except Exception:  # noqa: BLE001
+        log.exception("sweep %s trial %s: the study cannot be opened; training without pruning", sweep_id,
+                      trial_number)
+        return inner
+
+
+def refused_retry_reason(status: str) -> str:
+    """Why a sweep trial cannot be retried: Optuna was told its outcome, and a trial is told once."""
+    return (f"it is a sweep trial and its outcome ({status}) was counted by the sweep; clone it to train "
+            "the same settings as a run of its own")
+

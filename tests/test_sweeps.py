@@ -1,0 +1,297 @@
+"""Sweeps on the queue with the fake runner: trials distinct, pruning, failure, cancel, restarts.
+
+Real SQLite (and PostgreSQL with ``-m postgres``), real Optuna storage in the same database, the
+worker driven one iteration at a time; the fake's ``fake:sweep:N`` model reports ``eval/accuracy``
+every 5 steps with a value set by the learning rate.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import optuna
+import pytest
+from sqlalchemy import select, update
+
+from jobs import queue
+from jobs import sweeps as engine
+from jobs.fake_runner import InProcessRunner, sweep_accuracy
+from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, parse_param
+from jobs.worker import Worker
+from storage.models import FAILED, PRUNED, RUNNING, SUCCEEDED, Run, Sweep
+from tests.queue_support import fake_spec, qwb, second_workbench, wait_until  # noqa: F401
+from workbench.errors import ConfigError, InvalidState
+from workbench.services import runs as runs_service
+from workbench.services import sweeps
+
+
+def sweep_spec(wb, model="fake:sweep:20:0.005", **fields) -> SweepSpec:
+    base = fake_spec(wb, model=model).to_dict()
+    values = {"base": base, "space": {"learning_rate": {"low": 1e-6, "high": 1e-2, "log": True},
+                                      "batch_size": [8, 16, 32]},
+              "n_trials": 6, "parallelism": 2, "pruner": "none", **fields}
+    return SweepSpec.from_dict(values)
+
+
+def trial_runs(wb, sweep_id):
+    with wb.db.session() as session:
+        return session.execute(select(Run.id, Run.trial_number, Run.status, Run.spec, Run.metrics)
+                               .where(Run.sweep_id == sweep_id).order_by(Run.trial_number)).all()
+
+
+def sweep_status(wb, sweep_id):
+    with wb.db.session() as session:
+        return session.get(Sweep, sweep_id).status
+
+
+def drive(worker, wb, sweep_id, timeout=60.0):
+    return wait_until(lambda: sweep_status(wb, sweep_id) in ("finished", "cancelled"), timeout, worker.loop_once)
+
+
+# -- the spec ------------------------------------------------------------------------------------------
+
+def test_spec_parses_flag_forms_and_rejects_unknown_parameters(qwb):
+    assert parse_param("learning_rate", "1e-5..1e-4:log") == ParamSpec("float", 1e-5, 1e-4, log=True)
+    assert parse_param("epochs", "1..3") == ParamSpec("int", 1, 3)
+    assert parse_param("batch_size", "16,32").choices == [16, 32]
+    assert parse_param("model", "a,b").choices == ["a", "b"]
+    with pytest.raises(ConfigError, match="unknown sweep parameter 'lr'"):
+        sweep_spec(qwb, space={"lr": [1]})
+    with pytest.raises(ConfigError, match="log-scaled range must start above 0"):
+        sweep_spec(qwb, space={"learning_rate": "0..1:log"})
+    spec = sweep_spec(qwb)
+    assert (spec.metric, spec.direction) == ("accuracy", "maximize")
+    assert SweepSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_apply_params_sets_nested_fields_and_turns_lora_on(qwb):
+    base = fake_spec(qwb).to_dict()
+    run = apply_params(base, {"learning_rate": 3e-5, "lora_r": 4, "model": "fake:succeed"}, name="t")
+    assert (run.train.learning_rate, run.lora.r, run.lora.enabled, run.model, run.name) == (
+        3e-5, 4, True, "fake:succeed", "t")
+    assert base["lora"]["enabled"] is False  # the base spec is not changed
+
+
+# -- the sweep on the queue ----------------------------------------------------------------------------
+
+def test_sweep_runs_distinct_trials_at_its_parallelism_and_finds_the_best(qwb):
+    sweep_id = sweeps.create_sweep(qwb, sweep_spec(qwb, n_trials=6, parallelism=2))
+    assert [r.status for r in trial_runs(qwb, sweep_id)] == ["queued", "queued"]  # queued at creation
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=4, gpus=[])
+    most_active = 0
+
+    def step():
+        nonlocal most_active
+        worker.loop_once()
+        most_active = max(most_active, sum(r.status in ("queued", RUNNING) for r in trial_runs(qwb, sweep_id)))
+
+    assert wait_until(lambda: sweep_status(qwb, sweep_id) == "finished", 60, step)
+    rows = trial_runs(qwb, sweep_id)
+    assert [r.trial_number for r in rows] == list(range(6))
+    assert all(r.status == SUCCEEDED for r in rows)
+    assert most_active == 2  # never more than the parallelism, although the worker had 4 slots
+    params = {(r.spec["train"]["learning_rate"], r.spec["train"]["batch_size"]) for r in rows}
+    assert len(params) == 6  # constant_liar / per-trial seeds: no two trials alike
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert shown["counts"] == {"done": 6, "running": 0, "pruned": 0, "failed": 0}
+    values = {r["trial"]: r["value"] for r in shown["trials"]}
+    for row in rows:
+        assert values[row.trial_number] == pytest.approx(row.metrics["accuracy"])
+    assert shown["best"]["value"] == max(values.values())
+    assert sweeps.best_run(qwb, sweep_id) == shown["best"]["run_id"]
+    assert sweeps.top_runs(qwb, sweep_id, 3)[0] == shown["best"]["run_id"]
+    assert len(sweeps.top_runs(qwb, sweep_id, 5)) == 5
+
+
+def test_pruner_stops_bad_trials_which_end_pruned_and_free_their_worker(qwb):
+    # Trials 0-1 are good and complete; the later ones have a learning rate far from the best and
+    # report a value below the median at their first evaluation.
+    spec = sweep_spec(qwb, model="fake:sweep:40:0.002", n_trials=5, parallelism=1, pruner="median",
+                      space={"learning_rate": [5e-5, 5e-5, 1e-2]})
+    # A fixed order of learning rates: enqueued trials are asked first.
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    with qwb.db.session() as session:
+        study_name = session.get(Sweep, sweep_id).study_name
+    study = engine.load_study(engine.open_storage(qwb.db), study_name, spec)
+    for lr in (5e-5, 1e-2, 1e-2, 1e-2):
+        study.enqueue_trial({"learning_rate": lr})
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=1, gpus=[])
+    assert drive(worker, qwb, sweep_id)
+    rows = trial_runs(qwb, sweep_id)
+    by_lr = {}
+    for row in rows:
+        by_lr.setdefault(row.spec["train"]["learning_rate"], []).append(row)
+    assert all(r.status == SUCCEEDED for r in by_lr[5e-5])
+    bad = by_lr[1e-2]
+    assert bad and all(r.status == PRUNED for r in bad)
+    with qwb.db.session() as session:
+        steps = [session.get(Run, r.id).step for r in bad]
+    assert all(s < 40 for s in steps)  # stopped early, right after an evaluation
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert shown["counts"]["pruned"] == len(bad)
+    assert {t["optuna_state"] for t in shown["trials"] if t["state"] == PRUNED} == {"pruned"}
+    with pytest.raises(InvalidState, match="sweep trial"):
+        runs_service.retry_run(qwb, bad[0].id)
+
+
+def test_failed_trials_are_told_as_failed_and_the_sweep_goes_on(qwb):
+    spec = sweep_spec(qwb, model="fake:raise", n_trials=3, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
+    assert drive(worker, qwb, sweep_id)
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert [t["state"] for t in shown["trials"]] == [FAILED] * 3
+    assert {t["optuna_state"] for t in shown["trials"]} == {"fail"}
+    assert shown["best"] is None and shown["counts"]["failed"] == 3
+    with pytest.raises(InvalidState, match="counted by the sweep"):
+        runs_service.retry_run(qwb, shown["trials"][0]["run_id"])
+
+
+def test_a_trial_whose_worker_died_is_resumed_as_the_same_trial_and_told_once(qwb):
+    spec = sweep_spec(qwb, n_trials=2, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    first = trial_runs(qwb, sweep_id)[0]
+    claimed = queue.claim(qwb.db, "dead-worker")  # a worker that claims and dies
+    assert claimed.id == first.id
+    later = dt.datetime.utcnow() + dt.timedelta(seconds=qwb.settings.lease_seconds + 5)
+    assert queue.reclaim_expired(qwb.db, qwb.settings.lease_seconds, later, max_attempts=3) == [(first.id, "queued")]
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
+    assert drive(worker, qwb, sweep_id)
+    rows = trial_runs(qwb, sweep_id)
+    assert [r.status for r in rows] == [SUCCEEDED, SUCCEEDED] and len(rows) == 2
+    with qwb.db.session() as session:
+        study_name = session.get(Sweep, sweep_id).study_name
+    trials = engine.load_study(engine.open_storage(qwb.db), study_name, spec).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]  # two trials, no extra one for the retry
+
+
+def test_lease_expired_past_max_attempts_is_a_failed_trial(qwb):
+    spec = sweep_spec(qwb, n_trials=1, parallelism=1)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    now = dt.datetime.utcnow()
+    for attempt in range(2):
+        queue.claim(qwb.db, "dying-worker", now)
+        now += dt.timedelta(seconds=qwb.settings.lease_seconds + 5)
+        queue.reclaim_expired(qwb.db, qwb.settings.lease_seconds, now, max_attempts=2)
+    assert trial_runs(qwb, sweep_id)[0].status == FAILED
+    engine.advance(qwb, engine.open_storage(qwb.db), sweep_id, "test")
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert shown["status"] == "finished" and shown["trials"][0]["optuna_state"] == "fail"
+
+
+def test_cancel_stops_running_trials_asks_no_more_and_tells_them_failed(qwb):
+    spec = sweep_spec(qwb, model="fake:steps:2000:0.01", n_trials=6, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
+    assert wait_until(lambda: [r.status for r in trial_runs(qwb, sweep_id)] == [RUNNING, RUNNING], 20,
+                      worker.loop_once)
+    assert sweeps.cancel_sweep(qwb, sweep_id) == "cancelling"
+    assert drive(worker, qwb, sweep_id)
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert shown["status"] == "cancelled"
+    assert [t["state"] for t in shown["trials"]] == ["cancelled", "cancelled"]  # no third trial asked
+    assert {t["optuna_state"] for t in shown["trials"]} == {"fail"}
+    with pytest.raises(InvalidState, match="it is cancelled"):
+        sweeps.cancel_sweep(qwb, sweep_id)
+
+
+def test_cancel_with_only_queued_trials_is_immediate(qwb):
+    sweep_id = sweeps.create_sweep(qwb, sweep_spec(qwb))
+    assert sweeps.cancel_sweep(qwb, sweep_id) == "cancelled"
+    assert [r.status for r in trial_runs(qwb, sweep_id)] == ["cancelled", "cancelled"]
+
+
+def test_a_restarted_worker_and_server_continue_the_sweep_where_it_was(qwb):
+    spec = sweep_spec(qwb, model="fake:sweep:10:0.005", n_trials=5, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
+    assert wait_until(lambda: sum(r.status == SUCCEEDED for r in trial_runs(qwb, sweep_id)) >= 2, 30,
+                      worker.loop_once)
+    worker.shutdown()  # the server stops: its running trials go back to the queue
+    # A new process: new connection pool, new Optuna storage, new worker id.
+    other = second_workbench(qwb.settings)
+    try:
+        restarted = Worker(other, InProcessRunner(other), max_jobs=2, gpus=[])
+        assert drive(restarted, other, sweep_id)
+    finally:
+        other.close()
+    rows = trial_runs(qwb, sweep_id)
+    assert [r.trial_number for r in rows] == list(range(5))
+    assert all(r.status == SUCCEEDED for r in rows)
+    assert sweeps.get_sweep(qwb, sweep_id)["counts"]["done"] == 5
+
+
+def test_a_trial_asked_by_a_process_that_died_before_queuing_it_gets_its_run(qwb):
+    spec = sweep_spec(qwb, n_trials=3, parallelism=3)
+    with qwb.db.session() as session:
+        sweep = Sweep(name="", task=spec.task, spec=spec.to_dict(), study_name="lost-ask")
+        session.add(sweep)
+        session.flush()
+        sweep_id = sweep.id
+    storage = engine.open_storage(qwb.db)
+    engine.create_study(storage, "lost-ask", spec)
+    asked = engine.load_study(storage, "lost-ask", spec).ask(engine.distributions(spec.space))  # ...and died
+    engine.advance(qwb, storage, sweep_id, "next-process")
+    rows = trial_runs(qwb, sweep_id)
+    assert [r.trial_number for r in rows] == [0, 1, 2]
+    assert rows[0].spec["train"]["learning_rate"] == asked.params["learning_rate"]
+
+
+def test_only_the_lease_holder_tops_a_sweep_up(qwb):
+    spec = sweep_spec(qwb, n_trials=4, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    with qwb.db.session() as session:
+        session.execute(update(Sweep).where(Sweep.id == sweep_id)
+                        .values(lock_owner="other", lock_until=dt.datetime.utcnow() + dt.timedelta(seconds=30)))
+    runs_service.cancel_run(qwb, trial_runs(qwb, sweep_id)[0].id)
+    storage = engine.open_storage(qwb.db)
+    assert engine.advance(qwb, storage, sweep_id, "me") is False
+    assert len(trial_runs(qwb, sweep_id)) == 2
+    later = dt.datetime.utcnow() + dt.timedelta(seconds=engine.LEASE_SECONDS + 1)
+    assert engine.advance(qwb, storage, sweep_id, "me", now=later) is True  # the stale lease is taken over
+    assert len(trial_runs(qwb, sweep_id)) == 3
+
+
+def test_two_workers_share_a_sweep_without_doubling_a_trial(qwb):
+    spec = sweep_spec(qwb, model="fake:sweep:5:0.002", n_trials=8, parallelism=3)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    other = second_workbench(qwb.settings)
+    try:
+        workers = [Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[]),
+                   Worker(other, InProcessRunner(other), max_jobs=2, gpus=[])]
+
+        def step():
+            for worker in workers:
+                worker.loop_once()
+
+        assert wait_until(lambda: sweep_status(qwb, sweep_id) == "finished", 60, step)
+    finally:
+        other.close()
+    rows = trial_runs(qwb, sweep_id)
+    assert [r.trial_number for r in rows] == list(range(8))
+    with qwb.db.session() as session:
+        study_name = session.get(Sweep, sweep_id).study_name
+    trials = engine.load_study(engine.open_storage(qwb.db), study_name, spec).get_trials()
+    assert len(trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+
+
+def test_parameter_importance_over_completed_trials(qwb):
+    sweep_id = sweeps.create_sweep(qwb, sweep_spec(qwb, model="fake:sweep:5:0.001", n_trials=6, parallelism=3))
+    assert sweeps.param_importance(qwb, sweep_id) == {}
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=3, gpus=[])
+    assert drive(worker, qwb, sweep_id)
+    importance = sweeps.param_importance(qwb, sweep_id)
+    assert set(importance) == {"learning_rate", "batch_size"}
+    # The fake's accuracy depends on the learning rate only.
+    assert importance["learning_rate"] > importance["batch_size"]
+
+
+def test_fake_objective_is_best_near_5e_5():
+    good = fake_spec_for(5e-5)
+    bad = fake_spec_for(1e-3)
+    assert sweep_accuracy(good, 10, 10) > sweep_accuracy(bad, 10, 10)
+
+
+def fake_spec_for(lr):
+    from jobs.spec import DataSpec, RunSpec, TrainSpec
+
+    return RunSpec(task="text-classification", data=DataSpec(train_path="x"), train=TrainSpec(learning_rate=lr))

@@ -1,0 +1,175 @@
+"""Sweeps: create, list, show, cancel, parameter importance, the best trials.
+
+What the UI, the CLI and the tests call; plain dicts out, ``workbench.errors`` raised,
+no gradio. The mechanics (asking Optuna, telling it, topping up) are in ``jobs.sweeps``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import Any, Optional
+
+from sqlalchemy import select, update
+
+from jobs import queue
+from jobs import sweeps as engine
+from jobs.sweep_spec import SweepSpec
+from storage.models import (CANCELLED, FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLING, SWEEP_RUNNING, Run,
+                            Sweep, utcnow)
+from workbench.context import Workbench
+from workbench.errors import InvalidState, NotFound
+
+log = logging.getLogger(__name__)
+
+# Progress buckets of a sweep view: done (succeeded), running (queued or running), pruned, failed (or cancelled).
+_BUCKETS = {SUCCEEDED: "done", PRUNED: "pruned", FAILED: "failed", CANCELLED: "failed", QUEUED: "running"}
+
+
+def _iso(value: Optional[dt.datetime]) -> Optional[str]:
+    return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
+def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
+    """Create the sweep and its Optuna study, and queue its first ``parallelism`` trials. Returns its id."""
+    from workbench.services.runs import submit_run_checks
+
+    submit_run_checks(wb, engine.apply_params(spec.base, {}))
+    storage = engine.open_storage(wb.db)
+    study_name = f"workbench-sweep-{uuid.uuid4().hex[:12]}"
+    engine.create_study(storage, study_name, spec)
+    with wb.db.session() as session:
+        sweep = Sweep(name=spec.name, task=spec.task, status=SWEEP_RUNNING, spec=spec.to_dict(),
+                      study_name=study_name)
+        session.add(sweep)
+        session.flush()
+        sweep_id = sweep.id
+    engine.advance(wb, storage, sweep_id, owner=f"create:{uuid.uuid4().hex[:6]}")
+    log.info("sweep %s created: %d trials, %d at a time", sweep_id, spec.n_trials, spec.parallelism)
+    return sweep_id
+
+
+def _require(session, sweep_id: int) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise NotFound(f"sweep {sweep_id} does not exist; `workbench sweep list` shows the sweeps there are")
+    return sweep
+
+
+def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, Any]]:
+    """One row per trial: Optuna's parameters and value, the run's status, progress and id."""
+    storage = engine.open_storage(wb.db)
+    study = engine.load_study(storage, sweep.study_name, spec)
+    with wb.db.session() as session:
+        runs = {r.trial_number: r for r in session.execute(
+            select(Run.id, Run.trial_number, Run.status, Run.progress, Run.metrics, Run.error)
+            .where(Run.sweep_id == sweep.id)).all()}
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        run = runs.get(trial.number)
+        metrics = (run.metrics or {}) if run else {}
+        intermediate = trial.intermediate_values
+        last = intermediate[max(intermediate)] if intermediate else None
+        rows.append({"trial": trial.number, "run_id": run.id if run else None,
+                     "state": run.status if run else trial.state.name.lower(),
+                     "optuna_state": trial.state.name.lower(), "params": dict(trial.params),
+                     "value": trial.value if trial.value is not None else metrics.get(spec.metric),
+                     "last_reported": last, "steps_reported": len(intermediate),
+                     "progress": float(run.progress or 0.0) if run else 0.0,
+                     "error": run.error if run else None})
+    return rows
+
+
+def _best(rows: list[dict[str, Any]], direction: str) -> Optional[dict[str, Any]]:
+    done = [r for r in rows if r["optuna_state"] == "complete" and isinstance(r["value"], (int, float))]
+    if not done:
+        return None
+    return (max if direction == "maximize" else min)(done, key=lambda r: r["value"])
+
+
+def get_sweep(wb: Workbench, sweep_id: int) -> dict[str, Any]:
+    """Everything about one sweep: spec, state, counts, best trial and every trial (JSON-ready)."""
+    with wb.db.session() as session:
+        sweep = _require(session, sweep_id)
+    spec = SweepSpec.from_dict(sweep.spec)
+    rows = _trial_rows(wb, sweep, spec)
+    counts = {"done": 0, "running": 0, "pruned": 0, "failed": 0}
+    for row in rows:
+        counts[_BUCKETS.get(row["state"], "running")] += 1
+    return {"id": sweep.id, "name": sweep.name, "task": sweep.task, "status": sweep.status,
+            "study_name": sweep.study_name, "metric": spec.metric, "direction": spec.direction,
+            "n_trials": spec.n_trials, "parallelism": spec.parallelism, "pruner": spec.pruner,
+            "created_at": _iso(sweep.created_at), "finished_at": _iso(sweep.finished_at),
+            "counts": counts, "best": _best(rows, spec.direction), "trials": rows, "spec": spec.to_dict()}
+
+
+def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:
+    """Newest first: id, name, task, status, trial budget, how many trials exist."""
+    with wb.db.session() as session:
+        sweeps = session.scalars(select(Sweep).order_by(Sweep.id.desc()).limit(limit)).all()
+        trial_counts: dict[int, dict[str, int]] = {}
+        for sweep_id, status in session.execute(select(Run.sweep_id, Run.status)
+                                                .where(Run.sweep_id.in_([s.id for s in sweeps]))):
+            bucket = _BUCKETS.get(status, "running")
+            trial_counts.setdefault(sweep_id, {}).setdefault(bucket, 0)
+            trial_counts[sweep_id][bucket] += 1
+    return [{"id": s.id, "name": s.name, "task": s.task, "status": s.status,
+             "n_trials": s.spec.get("n_trials"), "parallelism": s.spec.get("parallelism"),
+             "counts": trial_counts.get(s.id, {}), "created_at": _iso(s.created_at)} for s in sweeps]
+
+
+def cancel_sweep(wb: Workbench, sweep_id: int) -> str:
+    """No new trials; every queued or running trial is cancelled (running ones stop at their next step).
+    Returns the sweep's status: cancelled at once when nothing was running, else cancelling."""
+    with wb.db.session() as session:
+        sweep = _require(session, sweep_id)
+        if sweep.status not in engine.OPEN:
+            raise InvalidState(f"cannot cancel sweep {sweep_id}: it is {sweep.status}")
+        session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == SWEEP_RUNNING)
+                        .values(status=SWEEP_CANCELLING).execution_options(synchronize_session=False))
+        run_ids = list(session.scalars(select(Run.id).where(Run.sweep_id == sweep_id,
+                                                            Run.status.in_(engine.NOT_ENDED))))
+    for run_id in run_ids:
+        try:
+            queue.request_cancel(wb.db, run_id)
+        except InvalidState:
+            pass  # it finished meanwhile
+    engine.advance(wb, engine.open_storage(wb.db), sweep_id, owner=f"cancel:{uuid.uuid4().hex[:6]}", now=utcnow())
+    with wb.db.session() as session:
+        return _require(session, sweep_id).status
+
+
+def top_runs(wb: Workbench, sweep_id: int, n: int = 5) -> list[int]:
+    """The run ids of the ``n`` best completed trials, best first (for the Compare tab)."""
+    sweep = get_sweep(wb, sweep_id)
+    done = [r for r in sweep["trials"] if r["optuna_state"] == "complete" and r["run_id"] is not None
+            and isinstance(r["value"], (int, float))]
+    done.sort(key=lambda r: r["value"], reverse=sweep["direction"] == "maximize")
+    return [r["run_id"] for r in done[:n]]
+
+
+def best_run(wb: Workbench, sweep_id: int) -> int:
+    """The run of the best trial so far; ``NotFound`` while no trial has completed."""
+    runs = top_runs(wb, sweep_id, 1)
+    if not runs:
+        raise NotFound(f"sweep {sweep_id} has no completed trial yet")
+    return runs[0]
+
+
+def param_importance(wb: Workbench, sweep_id: int) -> dict[str, float]:
+    """Optuna's parameter importances (fANOVA) over the completed trials; ``{}`` with fewer than two."""
+    import optuna
+
+    with wb.db.session() as session:
+        sweep = _require(session, sweep_id)
+    spec = SweepSpec.from_dict(sweep.spec)
+    study = engine.load_study(engine.open_storage(wb.db), sweep.study_name, spec)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return {}
+    try:
+        return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+    except (ValueError, RuntimeError) as exc:
+        # All completed trials share one value of every parameter, or all have the same objective value.
+        log.info("sweep %s: no parameter importance yet (%s)", sweep_id, exc)
+        return {}
