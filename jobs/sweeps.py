@@ -210,7 +210,8 @@ def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metri
 
 def _create_trial_run(wb: "Workbench", sweep_id: int, spec: SweepSpec, number: int,
                       params: Mapping[str, Any]) -> Optional[int]:
-    name = f"{spec.name or f'sweep {sweep_id}'} #{number}: {format_params(params)}"[:200]
+    # "sweep 3 #5" first: the Runs table's search for it lists the sweep's trials together.
+    name = f"sweep {sweep_id} #{number}{' ' + spec.name if spec.name else ''}: {format_params(params)}"[:200]
     run_spec = apply_params(spec.base, params, name=name)
     try:
         return queue.submit(wb.db, run_spec, wb.settings.runs_dir, sweep_id=sweep_id, trial_number=number)

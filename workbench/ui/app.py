@@ -1,4 +1,4 @@
-"""The workbench page: four tabs and the few events that cross between them.
+"""The workbench page: five tabs and the few events that cross between them.
 
 ``build_ui(wb)`` returns the ``gr.Blocks``; ``workbench.server.create_app`` mounts it.
 Everything shown is read from the database on page load and on timer ticks, so a
@@ -9,7 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from workbench.context import Workbench
-from workbench.ui import compare_tab, data_tab, runs_tab, train_tab
+from workbench.ui import compare_tab, data_tab, runs_tab, sweep_tab, train_tab
 from workbench.ui.edge import quiet_user_errors
 
 # The selected run lives in the address (?run=N): a reload keeps it and the link can be shared.
@@ -43,6 +43,20 @@ CSS = """
 """
 
 
+def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> None:
+    """Start sweep -> the Sweeps tab; top 5 -> the Compare tab (compared at once); best -> the Runs tab."""
+    form.start_event.success(lambda sid: (gr.Tabs(selected="sweeps"), view.on_load(sid)), [form.submitted_id],
+                             [tabs, view.sweep_id])
+    tab_item.select(view.on_load, [view.sweep_id], [view.sweep_id], show_progress="hidden")
+    view.compare_top.click(
+        lambda sid: (gr.Tabs(selected="compare"),
+                     gr.update(choices=compare_tab.run_choices(wb), value=sweep_tab.top_five(wb, sid))),
+        [view.sweep_id], [tabs, compare["picker"]]
+    ).success(None, None, None, js="() => { document.querySelector('#compare-go')?.click(); }")
+    view.open_best.click(lambda sid: (gr.Tabs(selected="runs"), sweep_tab.best_of(wb, sid)), [view.sweep_id],
+                         [tabs, runs.run_id])
+
+
 def build_ui(wb: Workbench) -> gr.Blocks:
     """The whole workbench page for ``wb``."""
     with gr.Blocks(title="BERT Workbench", analytics_enabled=False) as demo:
@@ -53,10 +67,13 @@ def build_ui(wb: Workbench) -> gr.Blocks:
                 data = data_tab.build(wb)
             with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab_item:
                 train = train_tab.build(wb)
+                sweep_form = sweep_tab.build_form(wb, train.spec_view)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab_item:
                 runs = runs_tab.build(wb)
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab_item:
                 compare = compare_tab.build(wb)
+            with gr.Tab("Sweeps", id="sweeps", elem_id="tab-sweeps") as sweeps_tab_item:
+                sweep_view = sweep_tab.build_view(wb)
 
         # Submit → the Runs tab with the new run selected.
         train.submit_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [train.submitted_id],
@@ -102,4 +119,5 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         # Opening the tab shows fresh rows at once instead of at the next tick.
         runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
         demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
+        _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
     return quiet_user_errors(demo)

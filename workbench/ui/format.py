@@ -17,7 +17,7 @@ from jobs.spec import HEADLINE_METRICS
 ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
 STATUS_ICONS = {
     "queued": "◷", "running": "▶", "resuming": "↻", "cancelling": "■", "succeeded": "✔", "failed": "✖",
-    "cancelled": "■",
+    "cancelled": "■", "pruned": "✂",
 }
 # The metric the Runs table shows per task, in order of preference (the keys of the training CLI contract).
 MAIN_METRICS = HEADLINE_METRICS
@@ -76,7 +76,7 @@ def progress_html(progress: float | None, status: str, label: str = "") -> str:
     """A coloured progress bar for the run header."""
     fraction = min(max(float(progress or 0.0), 0.0), 1.0)
     colour = {"failed": "#dc2626", "cancelled": "#9ca3af", "cancelling": "#f59e0b",
-              "succeeded": "#16a34a"}.get(status, "#2563eb")
+              "succeeded": "#16a34a", "pruned": "#f59e0b"}.get(status, "#2563eb")
     text = html.escape(label or f"{fraction * 100:.0f}%")
     return (f'<div class="wb-progress"><div class="wb-progress-fill" style="width:{fraction * 100:.1f}%;'
             f'background:{colour}"></div><span>{text}</span></div>')

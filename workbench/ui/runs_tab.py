@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 25
 POLL_SECONDS = 2.0
 ALL = "all"
-STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled")
+STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled", "pruned")
 SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
          "most progress": "-progress", "recently finished": "-finished_at"}
 PER_CLASS_HEADERS = ["Class / entity", "Precision", "Recall", "F1", "Support"]

@@ -1,0 +1,230 @@
+"""The Sweep form (under the Train form) and the Sweeps view (its own tab).
+
+The form sweeps exactly the run spec the Train tab shows (its JSON panel is the base spec),
+over a search space edited as YAML with defaults for the task; Start hands a ``SweepSpec``
+to ``workbench.services.sweeps.create_sweep``. The view reads one sweep from the database
+on every tick: progress, best so far, value by trial, parallel coordinates, parameter
+importance and the trials table, with Cancel, Compare the top 5, Open best run, Publish best.
+
+``spec_from_form`` and ``view_values`` are plain functions of their inputs, tested without a browser.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+import gradio as gr
+import pandas as pd
+import yaml
+
+from jobs.sweep_spec import PRUNERS, SweepSpec, default_space, format_params
+from workbench.errors import ConfigError, WorkbenchError
+from workbench.services import sweeps as sweep_service
+from workbench.ui import sweep_plots
+
+TICK_SECONDS = 3.0
+TRIAL_COLUMNS = ["Trial", "Run", "State", "Value", "Last reported", "Parameters"]
+
+
+def space_yaml(task: str, lora: bool = False) -> str:
+    """The default search space of ``task`` as the YAML the form shows."""
+    # "is", not "in": 0.0 == False, and a range starting at 0 must keep its low end.
+    space = {name: {k: v for k, v in dataclasses.asdict(p).items() if v is not None and v is not False}
+             for name, p in default_space(task, lora).items()}
+    return yaml.safe_dump(space, sort_keys=False)
+
+
+def default_space_for(base_json: str) -> str:
+    try:
+        base = json.loads(base_json or "{}")
+    except ValueError:
+        base = {}
+    return space_yaml(base.get("task") or "text-classification", bool((base.get("lora") or {}).get("enabled")))
+
+
+def spec_from_form(base_json: str, space_text: str, n_trials: Any, parallelism: Any, pruner: str, metric: str,
+                   direction: str, name: str) -> SweepSpec:
+    """The sweep spec for the form's values; ``ConfigError`` says what to fix."""
+    try:
+        base = json.loads(base_json or "")
+    except ValueError:
+        raise ConfigError("the Train form's run spec is not valid; fix the form first") from None
+    if not isinstance(base, dict) or "error" in base:
+        raise ConfigError(f"the Train form's run spec is not valid: {base.get('error') if isinstance(base, dict) else base}")
+    if not (base.get("data") or {}).get("dataset_id"):
+        raise ConfigError("choose a dataset in the Train form first")
+    try:
+        space = yaml.safe_load(space_text or "") or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the search space is not valid YAML: {exc}") from None
+    return SweepSpec.from_dict({"base": base, "space": space, "n_trials": int(n_trials or 12),
+                                "parallelism": int(parallelism or 2), "pruner": pruner or "median",
+                                "metric": (metric or "").strip(), "direction": direction or "",
+                                "name": (name or "").strip()})
+
+
+def sweep_choices(wb) -> list[tuple[str, int]]:
+    return [(f"#{s['id']} {s['name'] or s['task']} · {s['status']} · {sum(s['counts'].values())}/{s['n_trials']}",
+             s["id"]) for s in sweep_service.list_sweeps(wb)]
+
+
+def _value(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
+
+
+def trials_frame(sweep: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame([[t["trial"], t["run_id"] or "–", t["state"], _value(t["value"]), _value(t["last_reported"]),
+                          format_params(t["params"])] for t in sweep["trials"]], columns=TRIAL_COLUMNS)
+
+
+def progress_markdown(sweep: dict[str, Any]) -> str:
+    c = sweep["counts"]
+    line = (f"**Sweep #{sweep['id']}** {sweep['name']} — **{sweep['status']}** · "
+            f"{len(sweep['trials'])}/{sweep['n_trials']} trials asked, {sweep['parallelism']} at a time · "
+            f"done {c['done']} · running {c['running']} · pruned {c['pruned']} · failed {c['failed']} · "
+            f"pruner {sweep['pruner']} · {sweep['direction']} {sweep['metric']}")
+    best = sweep["best"]
+    if best:
+        line += (f"  \nBest so far: **{sweep['metric']} {best['value']:.4f}** — trial {best['trial']} "
+                 f"(run #{best['run_id']}): {format_params(best['params'])}")
+    else:
+        line += "  \nBest so far: no trial has completed yet."
+    return line
+
+
+def view_values(wb, sweep_id: Optional[int]) -> tuple[str, str, str, str, pd.DataFrame]:
+    """(progress markdown, value-by-trial SVG, parallel coordinates SVG, importance SVG, trials table)."""
+    if not sweep_id:
+        empty = "<p class='wb-muted'>No sweep selected.</p>"
+        return ("No sweep selected: start one from the Train tab (Sweep), or `workbench sweep --help`.",
+                empty, empty, empty, pd.DataFrame(columns=TRIAL_COLUMNS))
+    sweep = sweep_service.get_sweep(wb, int(sweep_id))
+    importance = sweep_service.param_importance(wb, int(sweep_id))
+    return (progress_markdown(sweep), sweep_plots.value_vs_trial_svg(sweep),
+            sweep_plots.parallel_coordinates_svg(sweep), sweep_plots.importance_svg(importance),
+            trials_frame(sweep))
+
+
+@dataclasses.dataclass
+class SweepForm:
+    start_event: Any
+    submitted_id: gr.Number
+
+
+def build_form(wb, base_spec: gr.components.Component) -> SweepForm:
+    """The Sweep accordion; ``base_spec`` is the Train tab's run-spec JSON (the base of every trial)."""
+    with gr.Accordion("Sweep: search these settings (many runs, pruned early)", open=False,
+                      elem_id="sweep-form"):
+        gr.Markdown("Every trial is the run spec above with the searched parameters set; trials queue like "
+                    "runs and any worker runs them. Parameters: learning_rate, batch_size, epochs, warmup_ratio, "
+                    "weight_decay, lora_r, lora_alpha, lora_dropout, model — a range `{low, high, log}` or "
+                    "`[choices]`.", elem_classes=["wb-muted"])
+        with gr.Row():
+            n_trials = gr.Number(12, label="Trials", precision=0, minimum=1, elem_id="sweep-trials")
+            parallelism = gr.Number(2, label="In parallel", precision=0, minimum=1, elem_id="sweep-parallel")
+            pruner = gr.Dropdown(list(PRUNERS), value="median", label="Pruner", elem_id="sweep-pruner")
+            metric = gr.Textbox(label="Objective metric", placeholder="the task's main metric",
+                                elem_id="sweep-metric")
+            direction = gr.Dropdown(["", "maximize", "minimize"], value="", label="Direction (blank: from the metric)")
+            name = gr.Textbox(label="Sweep name", placeholder="optional", elem_id="sweep-name")
+        space = gr.Code(space_yaml("text-classification"), language="yaml", label="Search space",
+                        interactive=True, elem_id="sweep-space")
+        with gr.Row():
+            defaults = gr.Button("Defaults for this task", size="sm")
+            start = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
+        status = gr.Markdown(elem_id="sweep-status")
+    submitted_id = gr.Number(visible=False, precision=0)
+
+    def on_start(base_json, space_text, trials, parallel, pruner_, metric_, direction_, name_):
+        try:
+            sweep_id = sweep_service.create_sweep(wb, spec_from_form(base_json, space_text, trials, parallel,
+                                                                     pruner_, metric_, direction_, name_))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        return f"✔ Sweep #{sweep_id} started; its first trials are on the queue.", sweep_id
+
+    defaults.click(default_space_for, [base_spec], [space])
+    start_event = start.click(on_start, [base_spec, space, n_trials, parallelism, pruner, metric, direction, name],
+                              [status, submitted_id])
+    return SweepForm(start_event=start_event, submitted_id=submitted_id)
+
+
+def top_five(wb, sweep_id) -> list[int]:
+    """The runs of the five best completed trials (for the Compare tab); ``gr.Error`` with fewer than two."""
+    ids = sweep_service.top_runs(wb, int(sweep_id), 5) if sweep_id else []
+    if len(ids) < 2:
+        raise gr.Error("Comparing needs at least two completed trials.")
+    return ids
+
+
+def best_of(wb, sweep_id) -> int:
+    if not sweep_id:
+        raise gr.Error("Pick a sweep first.")
+    try:
+        return sweep_service.best_run(wb, int(sweep_id))
+    except WorkbenchError as exc:
+        raise gr.Error(str(exc))
+
+
+@dataclasses.dataclass
+class SweepView:
+    sweep_id: gr.Dropdown
+    compare_top: gr.Button  # wired in workbench.ui.app: fills the Compare tab with top_five()
+    open_best: gr.Button  # wired in workbench.ui.app: opens best_of() in the Runs tab
+    on_load: Any
+
+
+def build_view(wb) -> SweepView:
+    with gr.Row():
+        picker = gr.Dropdown([], label="Sweep", elem_id="sweep-picker", scale=4)
+        refresh = gr.Button("↻ sweeps", size="sm", scale=0, min_width=90)
+    progress = gr.Markdown(elem_id="sweep-progress")
+    with gr.Row():
+        cancel = gr.Button("Cancel sweep", variant="stop", size="sm", elem_id="sweep-cancel")
+        compare_top = gr.Button("Compare the top 5", size="sm", elem_id="sweep-compare")
+        open_best = gr.Button("Open the best run", size="sm", elem_id="sweep-open-best")
+        publish = gr.Button("Publish the best run", size="sm", elem_id="sweep-publish")
+    action = gr.Markdown(elem_id="sweep-action")
+    with gr.Row():
+        by_trial = gr.HTML(elem_id="sweep-by-trial")
+        parallel = gr.HTML(elem_id="sweep-parallel-plot")
+    importance = gr.HTML(elem_id="sweep-importance")
+    trials = gr.Dataframe(headers=TRIAL_COLUMNS, label="Trials (each one a run in the Runs tab)",
+                          interactive=False, wrap=True, elem_id="sweep-trials-table")
+    outputs = [progress, by_trial, parallel, importance, trials]
+
+    def show(sweep_id):
+        try:
+            return view_values(wb, sweep_id)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+
+    def on_cancel(sweep_id):
+        if not sweep_id:
+            raise gr.Error("Pick a sweep first.")
+        try:
+            return f"Sweep #{sweep_id}: {sweep_service.cancel_sweep(wb, int(sweep_id))}."
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+
+    def on_publish(sweep_id):
+        from workbench.playground import service as playgrounds
+
+        try:
+            info = playgrounds.publish(wb, best_of(wb, sweep_id))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        return f"✔ The best run is published: [{info.url_path}]({info.url_path})"
+
+    picker.change(show, [picker], outputs, show_progress="hidden")
+    refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])
+    cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
+    publish.click(on_publish, [picker], [action])
+    gr.Timer(TICK_SECONDS).tick(show, [picker], outputs, show_progress="hidden")
+
+    def on_load(current=None):
+        choices = sweep_choices(wb)
+        return gr.update(choices=choices, value=current or (choices[0][1] if choices else None))
+
+    return SweepView(sweep_id=picker, compare_top=compare_top, open_best=open_best, on_load=on_load)
