@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from sqlalchemy import or_, select, update
@@ -57,8 +58,20 @@ NOT_ENDED = (QUEUED, *ACTIVE)
 
 # -- Optuna objects, rebuilt from the sweep spec (samplers and pruners are not stored by Optuna) ----------
 
+# One Optuna storage (engine and pool) per open Database, dropped with it: the Sweeps view reads the
+# study on every tick, and a storage per call would build an engine and check Optuna's tables each time.
+_STORAGES: "weakref.WeakKeyDictionary[Database, Any]" = weakref.WeakKeyDictionary()
+
+
 def open_storage(db: Database) -> "optuna.storages.RDBStorage":
-    """Optuna's RDB storage on the workbench's database URL; its tables are created on first use."""
+    """Optuna's RDB storage on the workbench's database URL (one per ``db``); its tables are created on first use."""
+    storage = _STORAGES.get(db)
+    if storage is None:
+        storage = _STORAGES[db] = _new_storage(db)
+    return storage
+
+
+def _new_storage(db: Database) -> "optuna.storages.RDBStorage":
     import optuna
     from storage.db import _MIGRATING_IN_THIS_PROCESS, _lock_schema, _sqlite_file_lock
 
@@ -161,6 +174,9 @@ def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime) -
             select(Run.id, Run.trial_number, Run.status, Run.metrics).where(Run.sweep_id == sweep_id)).all()}
     study = load_study(storage, study_name, spec)
     trials = study.get_trials(deepcopy=False)
+    # Counted from the same snapshot the trials are told from: a run that ends after the snapshot still
+    # counts as active, so the sweep cannot finish before its trial is told (next pass).
+    active = sum(1 for r in runs.values() if r.status in NOT_ENDED)
     for trial in trials:
         run = runs.get(trial.number)
         if trial.state != TrialState.RUNNING:
@@ -168,12 +184,11 @@ def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime) -
         if run is None:
             if status == SWEEP_RUNNING:
                 _create_trial_run(wb, sweep_id, spec, trial.number, trial.params)
+                active += 1
             else:
                 study.tell(trial.number, state=TrialState.FAIL)
         elif run.status not in NOT_ENDED:
             _tell(study, trial.number, run.status, run.metrics or {}, spec.metric)
-    runs = _runs_by_trial(wb, sweep_id)
-    active = sum(1 for r in runs.values() if r.status in NOT_ENDED)
     asked = sum(1 for t in trials if t.state != TrialState.WAITING)
     while status == SWEEP_RUNNING and asked < spec.n_trials and active < spec.parallelism:
         trial = load_study(storage, study_name, spec, trial_number=asked).ask(distributions(spec.space))
@@ -185,12 +200,6 @@ def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime) -
             session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == status)
                             .values(status=final, finished_at=now).execution_options(synchronize_session=False))
         log.info("sweep %s: %s", sweep_id, final)
-
-
-def _runs_by_trial(wb: "Workbench", sweep_id: int) -> dict[int, Any]:
-    with wb.db.session() as session:
-        return {r.trial_number: r for r in session.execute(
-            select(Run.id, Run.trial_number, Run.status).where(Run.sweep_id == sweep_id)).all()}
 
 
 def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metric: str) -> None:

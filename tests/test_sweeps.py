@@ -184,7 +184,8 @@ def test_cancel_stops_running_trials_asks_no_more_and_tells_them_failed(qwb):
     worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
     assert wait_until(lambda: [r.status for r in trial_runs(qwb, sweep_id)] == [RUNNING, RUNNING], 20,
                       worker.loop_once)
-    assert sweeps.cancel_sweep(qwb, sweep_id) == "cancelling"
+    # Cancelled at once when both trials saw the cancel before the sweep looked again; else cancelling.
+    assert sweeps.cancel_sweep(qwb, sweep_id) in ("cancelling", "cancelled")
     assert drive(worker, qwb, sweep_id)
     shown = sweeps.get_sweep(qwb, sweep_id)
     assert shown["status"] == "cancelled"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import uuid
 from typing import Any, Optional
 
@@ -21,6 +22,9 @@ from workbench.context import Workbench
 from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
+# (study name, completed trial numbers) -> importances; a pure result, so a small bounded memo.
+CANCEL_LEASE_WAIT_S = 10.0
+_IMPORTANCE: dict[tuple[str, tuple[int, ...]], dict[str, float]] = {}
 
 # Progress buckets of a sweep view: done (succeeded), running (queued or running), pruned, failed (or cancelled).
 _BUCKETS = {SUCCEEDED: "done", PRUNED: "pruned", FAILED: "failed", CANCELLED: "failed", QUEUED: "running"}
@@ -127,6 +131,13 @@ def cancel_sweep(wb: Workbench, sweep_id: int) -> str:
             raise InvalidState(f"cannot cancel sweep {sweep_id}: it is {sweep.status}")
         session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == SWEEP_RUNNING)
                         .values(status=SWEEP_CANCELLING).execution_options(synchronize_session=False))
+    storage, owner = engine.open_storage(wb.db), f"cancel:{uuid.uuid4().hex[:6]}"
+    # Once this process held the sweep's lease after the status change, nobody asks for trials any more
+    # (a pass that started before it would have held the lease): the runs cancelled after that are all there are.
+    deadline = time.monotonic() + CANCEL_LEASE_WAIT_S
+    while not engine.advance(wb, storage, sweep_id, owner) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with wb.db.session() as session:
         run_ids = list(session.scalars(select(Run.id).where(Run.sweep_id == sweep_id,
                                                             Run.status.in_(engine.NOT_ENDED))))
     for run_id in run_ids:
@@ -134,7 +145,7 @@ def cancel_sweep(wb: Workbench, sweep_id: int) -> str:
             queue.request_cancel(wb.db, run_id)
         except InvalidState:
             pass  # it finished meanwhile
-    engine.advance(wb, engine.open_storage(wb.db), sweep_id, owner=f"cancel:{uuid.uuid4().hex[:6]}", now=utcnow())
+    engine.advance(wb, storage, sweep_id, owner, now=utcnow())
     with wb.db.session() as session:
         return _require(session, sweep_id).status
 
@@ -164,12 +175,19 @@ def param_importance(wb: Workbench, sweep_id: int) -> dict[str, float]:
         sweep = _require(session, sweep_id)
     spec = SweepSpec.from_dict(sweep.spec)
     study = engine.load_study(engine.open_storage(wb.db), sweep.study_name, spec)
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = tuple(t.number for t in study.get_trials(deepcopy=False)
+                     if t.state == optuna.trial.TrialState.COMPLETE)
     if len(complete) < 2:
         return {}
-    try:
-        return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
-    except (ValueError, RuntimeError) as exc:
-        # All completed trials share one value of every parameter, or all have the same objective value.
-        log.info("sweep %s: no parameter importance yet (%s)", sweep_id, exc)
-        return {}
+    key = (sweep.study_name, complete)
+    if key not in _IMPORTANCE:
+        # fANOVA fits a random forest: computed once per set of completed trials, not on every view tick.
+        try:
+            _IMPORTANCE[key] = {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+        except (ValueError, RuntimeError) as exc:
+            # All completed trials share one value of every parameter, or all have the same objective value.
+            log.info("sweep %s: no parameter importance yet (%s)", sweep_id, exc)
+            _IMPORTANCE[key] = {}
+        while len(_IMPORTANCE) > 64:
+            _IMPORTANCE.pop(next(iter(_IMPORTANCE)))
+    return dict(_IMPORTANCE[key])
