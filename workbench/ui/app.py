@@ -52,7 +52,8 @@ def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> None:
         lambda sid: (gr.Tabs(selected="compare"),
                      gr.update(choices=compare_tab.run_choices(wb), value=sweep_tab.top_five(wb, sid))),
         [view.sweep_id], [tabs, compare["picker"]]
-    ).success(None, None, None, js="() => { document.querySelector('#compare-go')?.click(); }")
+    # Compare's own button runs the comparison, once the picker holds the runs (the update lands first).
+    ).success(None, None, None, js="() => { setTimeout(() => document.querySelector('#compare-go')?.click(), 400); }")
     view.open_best.click(lambda sid: (gr.Tabs(selected="runs"), sweep_tab.best_of(wb, sid)), [view.sweep_id],
                          [tabs, runs.run_id])
 

@@ -189,9 +189,12 @@ def build_view(wb) -> SweepView:
     with gr.Row():
         by_trial = gr.HTML(elem_id="sweep-by-trial")
         parallel = gr.HTML(elem_id="sweep-parallel-plot")
-    importance = gr.HTML(elem_id="sweep-importance")
-    trials = gr.Dataframe(headers=TRIAL_COLUMNS, label="Trials (each one a run in the Runs tab)",
-                          interactive=False, wrap=True, elem_id="sweep-trials-table")
+    with gr.Row():
+        with gr.Column(scale=1):
+            importance = gr.HTML(elem_id="sweep-importance")
+        with gr.Column(scale=2):
+            trials = gr.Dataframe(headers=TRIAL_COLUMNS, label="Trials (each one a run in the Runs tab)",
+                                  interactive=False, wrap=True, elem_id="sweep-trials-table")
     outputs = [progress, by_trial, parallel, importance, trials]
 
     def show(sweep_id):
