@@ -94,6 +94,61 @@ def wait_for_run(wb, worker, run_id: int) -> dict:
         time.sleep(1.0)
 
 
+def trained_steps(wb, sweep_id: int) -> int:
+    """Optimizer steps the sweep's trials ran (pruned trials stop early): the work pruning saves,
+    independent of how loaded the machine was."""
+    from sqlalchemy import func, select
+
+    from storage.models import Run
+
+    with wb.db.session() as session:
+        return int(session.scalar(select(func.coalesce(func.sum(Run.step), 0)).where(Run.sweep_id == sweep_id)))
+
+
+def sweep_result(wb, shown: dict, pruner: str, seconds: float, load_before: str) -> dict:
+    best = shown["best"] or {}
+    return {"pruner": pruner, "wall_seconds": round(seconds, 1), "best_accuracy": best.get("value"),
+            "best_params": best.get("params"), "counts": shown["counts"],
+            "trained_steps": trained_steps(wb, shown["id"]),
+            "trials": [{k: t[k] for k in ("trial", "state", "value", "params", "steps_reported")}
+                       for t in shown["trials"]],
+            "load_before": load_before, "load_after": load_average()}
+
+
+def run_concurrently(wb, worker, base: dict, space: dict, args) -> dict:
+    """The default run and both sweeps queued together; each one's wall time ends when it does."""
+    from jobs.spec import RunSpec
+    from jobs.sweep_spec import SweepSpec
+    from workbench.services import runs, sweeps
+
+    load_before, started = load_average(), time.perf_counter()
+    default_id = runs.submit_run(wb, RunSpec.from_dict(base))
+    ids = {label: sweeps.create_sweep(wb, SweepSpec.from_dict({
+        "base": base, "space": space, "n_trials": args.trials, "parallelism": args.parallel, "pruner": pruner,
+        "seed": 0, "name": f"trec {label}"})) for label, pruner in (("pruned", "median"), ("unpruned", "none"))}
+    done: dict = {}
+    while len(done) < 3:
+        worker.loop_once()
+        elapsed = time.perf_counter() - started
+        if "default_run" not in done:
+            record = runs.get_run(wb, default_id)
+            if record["status"] in ("succeeded", "failed", "cancelled"):
+                done["default_run"] = {"status": record["status"], "accuracy": record["metrics"].get("accuracy"),
+                                       "steps": record["step"], "wall_seconds": round(elapsed, 1),
+                                       "load_before": load_before, "load_after": load_average()}
+                log.info("default run: %s", done["default_run"])
+        for label, sweep_id in ids.items():
+            key = f"sweep_{label}"
+            if key not in done:
+                shown = sweeps.get_sweep(wb, sweep_id)
+                if shown["status"] in ("finished", "cancelled"):
+                    done[key] = sweep_result(wb, shown, "median" if label == "pruned" else "none", elapsed,
+                                             load_before)
+                    log.info("sweep %s: %s", label, {k: v for k, v in done[key].items() if k != "trials"})
+        time.sleep(1.0)
+    return done
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -105,6 +160,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--only", default="default,pruned,unpruned")
+    parser.add_argument("--max-length", type=int, default=32)
+    parser.add_argument("--concurrent", action="store_true",
+                        help="Start the default run and both sweeps at once (one worker, a slot for each); "
+                             "the wall times then share the machine, the trained steps do not.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -123,17 +182,21 @@ def main() -> None:
     dataset = datasets.import_dataset(wb, Path(train), "text-classification", validation_path=Path(dev))
     model = small_bert(work / "small-bert") if args.model == "small" else "all-MiniLM-L6-v2"
     base = {"task": "text-classification", "data": {"dataset_id": dataset.id}, "model": model,
-            "train": {"epochs": args.epochs, "batch_size": 32, "max_length": 32, "eval_steps": args.eval_steps}}
-    low, high = ("1e-5", "1e-2") if args.model == "small" else ("1e-5", "5e-4")
+            "train": {"epochs": args.epochs, "batch_size": 32, "max_length": args.max_length,
+                      "eval_steps": args.eval_steps}}
+    low, high = ("1e-5", "1e-2") if args.model == "small" else ("1e-5", "1e-3")
     space = {"learning_rate": f"{low}..{high}:log", "warmup_ratio": "0.0..0.2", "weight_decay": "0.0..0.1"}
     results: dict = {"protocol": {"train": args.train, "dev": args.dev, "trials": args.trials,
                                   "parallel": args.parallel, "base": base, "space": space,
                                   "model": args.model, "epochs": args.epochs}}
     out = RESULTS / "sweep_trec.json"
     RESULTS.mkdir(exist_ok=True)
-    worker = Worker(wb, max_jobs=args.parallel, gpus=[])
+    worker = Worker(wb, max_jobs=2 * args.parallel + 1 if args.concurrent else args.parallel, gpus=[])
     try:
-        if "default" in args.only:
+        if args.concurrent:
+            results.update(run_concurrently(wb, worker, base, space, args))
+            out.write_text(json.dumps(results, indent=2, default=str))
+        elif "default" in args.only:
             from jobs.spec import RunSpec
 
             load_before, started = load_average(), time.perf_counter()
@@ -144,7 +207,7 @@ def main() -> None:
             out.write_text(json.dumps(results, indent=2))
             log.info("default run: %s", results["default_run"])
         for label, pruner in (("pruned", "median"), ("unpruned", "none")):
-            if label not in args.only:
+            if args.concurrent or label not in args.only:
                 continue
             spec = SweepSpec.from_dict({"base": base, "space": space, "n_trials": args.trials,
                                         "parallelism": args.parallel, "pruner": pruner, "seed": 0,
