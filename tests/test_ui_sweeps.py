@@ -66,6 +66,10 @@ def test_view_values_follow_the_sweep(wb, tmp_path):
     assert sweep_tab.top_five(wb, sweep_id)[0] == best["run_id"]
     assert sweep_tab.best_of(wb, sweep_id) == best["run_id"]
     assert sweep_tab.sweep_choices(wb)[0][1] == sweep_id
+    # The best trial is a run like any other: it publishes as a playground.
+    from workbench.playground import service as playgrounds
+
+    assert playgrounds.publish(wb, sweep_tab.best_of(wb, sweep_id)).url_path.startswith("/play/")
 
 
 def test_value_vs_trial_keeps_the_best_so_far_by_direction():
