@@ -275,7 +275,8 @@ class TrialReporter:
             import optuna
 
             study = load_study(storage, study_name, spec, trial_number)
-            trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, trial_number)
+            study_id = storage.get_study_id_from_name(study_name)
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
             self._trial = optuna.trial.Trial(study, trial_id)
 
     def __getattr__(self, name: str):
