@@ -68,7 +68,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
                 data = data_tab.build(wb)
             with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab_item:
                 train = train_tab.build(wb)
-                sweep_form = sweep_tab.build_form(wb, train.spec_view)
+                sweep_form = sweep_tab.build_form(wb, train.spec_view, train.task)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab_item:
                 runs = runs_tab.build(wb)
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab_item:

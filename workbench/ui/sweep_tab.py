@@ -30,7 +30,8 @@ TRIAL_COLUMNS = ["Trial", "Run", "State", "Value", "Last reported", "Parameters"
 def space_yaml(task: str, lora: bool = False) -> str:
     """The default search space of ``task`` as the YAML the form shows."""
     # "is", not "in": 0.0 == False, and a range starting at 0 must keep its low end.
-    space = {name: {k: v for k, v in dataclasses.asdict(p).items() if v is not None and v is not False}
+    space = {name: {("type" if k == "kind" else k): v for k, v in dataclasses.asdict(p).items()
+                    if v is not None and v is not False}
              for name, p in default_space(task, lora).items()}
     return yaml.safe_dump(space, sort_keys=False)
 
@@ -112,8 +113,9 @@ class SweepForm:
     submitted_id: gr.Number
 
 
-def build_form(wb, base_spec: gr.components.Component) -> SweepForm:
-    """The Sweep accordion; ``base_spec`` is the Train tab's run-spec JSON (the base of every trial)."""
+def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.components.Component] = None) -> SweepForm:
+    """The Sweep accordion; ``base_spec`` is the Train tab's run-spec JSON (the base of every trial) and
+    ``task`` its task picker: a new task brings that task's default search space."""
     with gr.Accordion("Sweep: search these settings (many runs, pruned early)", open=False,
                       elem_id="sweep-form"):
         gr.Markdown("Every trial is the run spec above with the searched parameters set; trials queue like "
@@ -145,6 +147,8 @@ def build_form(wb, base_spec: gr.components.Component) -> SweepForm:
         return f"✔ Sweep #{sweep_id} started; its first trials are on the queue.", sweep_id
 
     defaults.click(default_space_for, [base_spec], [space])
+    if task is not None:
+        task.change(space_yaml, [task], [space])
     start_event = start.click(on_start, [base_spec, space, n_trials, parallelism, pruner, metric, direction, name],
                               [status, submitted_id])
     return SweepForm(start_event=start_event, submitted_id=submitted_id)
