@@ -100,10 +100,15 @@ def distributions(space: Mapping[str, ParamSpec]) -> dict[str, "optuna.distribut
 
 def make_sampler(spec: SweepSpec, trial_number: int) -> "optuna.samplers.BaseSampler":
     """TPE with ``constant_liar`` so that trials asked while others run get distinct parameters. Seeded per
-    trial: a sampler re-created with the same seed for every ask would repeat its random start-up points."""
+    trial: a sampler re-created with the same seed for every ask would repeat its random start-up points.
+    The seed is hashed, not ``seed + n``: Mersenne Twister's first draws for seeds 0 and 3 are 0.549 and
+    0.551, which made trials 0 and 3 nearly the same point."""
+    import hashlib
+
     import optuna
 
-    return optuna.samplers.TPESampler(seed=spec.seed * 100_003 + trial_number, constant_liar=True,
+    digest = hashlib.sha256(f"{spec.seed}:{trial_number}".encode()).digest()
+    return optuna.samplers.TPESampler(seed=int.from_bytes(digest[:4], "big"), constant_liar=True,
                                       n_startup_trials=max(2, min(10, spec.n_trials // 3)))
 
 
