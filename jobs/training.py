@@ -127,10 +127,14 @@ class ReporterCallback(TrainerCallback):
                   if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime", "_per_second"))}
         if values:
             self.reporter.metrics(state.global_step, state.epoch, values)
-            # A sweep's pruner answers right after an evaluation: stop now rather than after one more step.
-            if self.reporter.cancel_requested():
-                self.cancelled = True
-                control.should_training_stop = True
+        # A sweep's pruner answers right after an evaluation: stop now rather than after one more step.
+        # As in on_step_end, rank 0 decides and every rank follows (each rank evaluates, so each gets here).
+        stop = self.reporter.cancel_requested() if args.process_index == 0 else False
+        if args.world_size > 1:
+            stop = any_rank(stop, args.device)
+        if stop:
+            self.cancelled = True
+            control.should_training_stop = True
         return control
 
 
