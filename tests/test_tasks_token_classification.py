@@ -58,3 +58,32 @@ def test_a_validation_tag_unseen_in_training_is_left_out_of_the_loss():
     out = tokenize_batch({"tokens": [["the", "dog"]], "tags": [["at", "vb+ppo"]]}, tokenizer, 16, {"at": 0, "nn": 1},
                          False, {})
     assert out["labels"][0] == [IGNORE, 0, IGNORE, IGNORE]
+
+
+def test_pos_tags_get_per_tag_scores_and_a_confusion_matrix():
+    """A non-BIO tag set (POS) gets the same kind of tables as classification: nothing is {}."""
+    gold = [["DT", "NN", "VB", "DT", "NN"], ["NN", "VB"]]
+    pred = [["DT", "NN", "NN", "DT", "JJ"], ["NN", "VB"]]
+    _, tables = word_metrics(gold, pred, bio=False)
+    per = {row["tag"]: row for row in tables["per_tag"]}
+    assert [row["tag"] for row in tables["per_tag"]][:1] == ["NN"]  # most frequent gold tag first
+    assert per["NN"]["support"] == 3 and abs(per["NN"]["recall"] - 2 / 3) < 1e-9 and abs(per["NN"]["precision"] - 2 / 3) < 1e-9
+    assert per["VB"]["recall"] == 0.5 and per["JJ"]["support"] == 0 and per["JJ"]["precision"] == 0.0
+    matrix = tables["confusion_matrix"]
+    index = {tag: i for i, tag in enumerate(matrix["labels"])}
+    assert matrix["matrix"][index["VB"]][index["NN"]] == 1 and matrix["matrix"][index["NN"]][index["JJ"]] == 1
+    assert sum(map(sum, matrix["matrix"])) == 7
+
+
+def test_many_tags_give_the_most_frequent_ones_and_other():
+    from jobs.tasks.token_classification import OTHER, TOP_TAGS, top_tags_confusion
+
+    tags = [f"T{i:02d}" for i in range(30)]
+    gold = [tag for i, tag in enumerate(tags) for _ in range(30 - i)]  # T00 most frequent
+    pred = list(gold)
+    pred[0] = "T29"  # a T00 word predicted as a rare tag
+    matrix = top_tags_confusion(gold, pred)
+    assert matrix["labels"] == tags[:TOP_TAGS] + [OTHER] and matrix["tags"] == 30
+    assert matrix["matrix"][0][TOP_TAGS] == 1  # T00 → other
+    assert sum(map(sum, matrix["matrix"])) == len(gold)
+    assert sum(row[-1] for row in matrix["matrix"]) == sum(30 - i for i in range(TOP_TAGS, 30)) + 1

@@ -16,6 +16,8 @@ from workbench.errors import TrainingError
 MAIN_METRIC = "entity_f1"  # token_accuracy when the tags are not BIO
 REQUIRED = ("tokens", "tags")
 IGNORE = -100
+TOP_TAGS = 15  # the confusion matrix shows this many tags, the rest as OTHER
+OTHER = "other"
 
 
 def read(path):
@@ -90,8 +92,9 @@ def entity_spans(tags: Sequence[str]) -> list[dict]:
     return [{"type": t, "start": s, "end": e + 1} for t, s, e in get_entities(list(tags))]
 
 
-def word_metrics(gold: list[list[str]], predicted: list[list[str]], bio: bool):
-    """token_accuracy always; entity precision/recall/F1 overall and per type for BIO tags."""
+def word_metrics(gold: list[list[str]], predicted: list[list[str]], bio: bool, with_tables: bool = True):
+    """token_accuracy always; entity precision/recall/F1 overall for BIO tags. ``with_tables`` adds the
+    per-entity (BIO) and per-tag scores and the confusion matrix (evaluations during training skip them)."""
     from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
 
     flat_gold = [t for seq in gold for t in seq]
@@ -102,17 +105,54 @@ def word_metrics(gold: list[list[str]], predicted: list[list[str]], bio: bool):
         metrics.update(entity_precision=float(precision_score(gold, predicted, zero_division=0)),
                        entity_recall=float(recall_score(gold, predicted, zero_division=0)),
                        entity_f1=float(f1_score(gold, predicted, zero_division=0)))
+    if bio and with_tables:
         report = classification_report(gold, predicted, output_dict=True, zero_division=0)
         tables["per_entity"] = [{"entity": name, "precision": float(v["precision"]), "recall": float(v["recall"]),
                                  "f1": float(v["f1-score"]), "support": int(v["support"])}
                                 for name, v in report.items() if name not in ("micro avg", "macro avg", "weighted avg")]
-    labels = sorted(set(flat_gold) | set(flat_pred))
-    if labels and len(labels) <= 60:
-        from sklearn.metrics import confusion_matrix
-
-        tables["confusion_matrix"] = {"labels": labels,
-                                      "matrix": confusion_matrix(flat_gold, flat_pred, labels=labels).tolist()}
+    if flat_gold and with_tables:
+        tables["per_tag"] = per_tag_scores(flat_gold, flat_pred)
+        tables["confusion_matrix"] = top_tags_confusion(flat_gold, flat_pred)
     return metrics, tables
+
+
+def per_tag_scores(flat_gold: Sequence[str], flat_pred: Sequence[str]) -> list[dict]:
+    """Word-level precision, recall, F1 and support of every tag, most frequent (in the gold tags) first.
+
+    For POS this is the per-class table; for NER it complements the per-entity one (B-/I- apart).
+    """
+    from collections import Counter
+
+    from sklearn.metrics import precision_recall_fscore_support
+
+    support = Counter(flat_gold)
+    labels = sorted(set(flat_gold) | set(flat_pred), key=lambda t: (-support[t], t))
+    precision, recall, f1, counts = precision_recall_fscore_support(flat_gold, flat_pred, labels=labels,
+                                                                     zero_division=0)
+    return [{"tag": tag, "precision": float(p), "recall": float(r), "f1": float(f), "support": int(n)}
+            for tag, p, r, f, n in zip(labels, precision, recall, f1, counts)]
+
+
+def top_tags_confusion(flat_gold: Sequence[str], flat_pred: Sequence[str], top: int = TOP_TAGS) -> dict:
+    """A confusion matrix (rows gold, columns predicted) of the ``top`` most frequent gold tags.
+
+    Every other tag is counted as ``other``, so 124 Brown POS tags still give a readable matrix;
+    a confusion between two rare tags then falls in the ``other`` diagonal cell.
+    """
+    from collections import Counter
+
+    from sklearn.metrics import confusion_matrix
+
+    support = Counter(flat_gold)
+    ranked = sorted(set(flat_gold) | set(flat_pred), key=lambda t: (-support[t], t))
+    kept = ranked[:top]
+    if len(ranked) > top:
+        keep = set(kept)
+        flat_gold = [t if t in keep else OTHER for t in flat_gold]
+        flat_pred = [t if t in keep else OTHER for t in flat_pred]
+        kept = [*kept, OTHER]
+    return {"labels": kept, "matrix": confusion_matrix(flat_gold, flat_pred, labels=kept).tolist(),
+            "tags": len(ranked)}
 
 
 def decode_token_level(logits: np.ndarray, labels: np.ndarray, names: Sequence[str]):
@@ -130,7 +170,7 @@ def trainer_metrics(eval_pred, names: Sequence[str], bio: bool) -> dict:
     """Metrics during training, on labelled sub-tokens (= words unless every sub-token is labelled)."""
     logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
     gold, pred = decode_token_level(logits, eval_pred.label_ids, names)
-    return word_metrics(gold, pred, bio)[0]
+    return word_metrics(gold, pred, bio, with_tables=False)[0]
 
 
 def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: dict) -> Prepared:

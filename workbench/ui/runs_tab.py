@@ -29,7 +29,7 @@ ALL = "all"
 STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled", "pruned")
 SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
          "most progress": "-progress", "recently finished": "-finished_at"}
-PER_CLASS_HEADERS = ["Class / entity", "Precision", "Recall", "F1", "Support"]
+PER_CLASS_HEADERS = ["Class / entity / tag", "Precision", "Recall", "F1", "Support"]
 # Gold, predicted and score first: they are what a reader compares; the input is truncated last.
 ERROR_HEADERS = ["Gold", "Predicted", "Score", "Input"]
 ERROR_INPUT_CHARS = 160
@@ -111,16 +111,30 @@ def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
 
 
 def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
-    """Per-class (classification) or per-entity (NER) scores from a run's tables."""
-    per = tables.get("per_class") or tables.get("per_entity") or tables.get("per_label") or {}
-    if isinstance(per, list):  # the engine writes [{"label" | "entity", "precision", ...}, ...]
-        per = {str(item.get("label") or item.get("entity") or item.get("name")): item for item in per}
+    """Per-class (classification), per-entity (NER) or per-tag (POS and other non-BIO tagging) scores."""
+    per = (tables.get("per_class") or tables.get("per_entity") or tables.get("per_tag") or tables.get("per_label")
+           or {})
+    if isinstance(per, list):  # the engine writes [{"label" | "entity" | "tag", "precision", ...}, ...]
+        per = {str(item.get("label") or item.get("entity") or item.get("tag") or item.get("name")): item
+               for item in per}
     rows = []
     for label, scores in per.items():
         s = fmt.as_dict(scores)
         rows.append([label, *(fmt.format_metric(s.get(k)) for k in ("precision", "recall", "f1")),
                      s.get("support", "")])
     return rows
+
+
+def confusion_note(tables: dict[str, Any]) -> str:
+    """Says so when the matrix shows only the most frequent tags of a large tag set."""
+    confusion = tables.get("confusion_matrix")
+    if not isinstance(confusion, dict) or not confusion.get("tags"):
+        return ""
+    labels = [label for label in confusion.get("labels") or [] if label != "other"]
+    if confusion["tags"] <= len(labels):
+        return ""
+    return (f"<p class='wb-muted'>The {len(labels)} most frequent of {confusion['tags']} tags; "
+            "every other tag is counted as <i>other</i>.</p>")
 
 
 def confusion_parts(tables: dict[str, Any]) -> tuple[list[str], list[list[float]]]:
@@ -186,7 +200,7 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         key=key, header=run_header(run), status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
         log_tail=log_text or "(no log yet)", final_metrics=metrics_rows(run.get("metrics") or {}),
-        per_class=per_class_rows(tables), confusion=plots.confusion_html(labels, matrix),
+        per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix),
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
 
 
