@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from jobs.progress import Cancelled, Reporter
+from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
+                           report_phase)
 from jobs.spec import RunSpec
 from workbench.errors import TrainingError
 
@@ -88,6 +89,20 @@ def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[
     n_val = max(1, len(records) // 10)
     chosen = set(order[:n_val])
     return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
+
+
+def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
+    """A seeded sample of at most ``cap`` records, kept in file order; all of them when they fit.
+
+    The quick preset trains one epoch on such a sample: the same seed gives the same sample on
+    every machine, and the validation split was taken before, so it is the one standard uses.
+    """
+    import random
+
+    if not cap or len(records) <= cap:
+        return records
+    chosen = sorted(random.Random(seed).sample(range(len(records)), cap))
+    return [records[i] for i in chosen]
 
 
 def _load_tokenizer(path: str, config, task: str):
@@ -164,6 +179,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     from jobs.training import (NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, steps_per_epoch,
                                training_arguments, world_size)
 
+    setup_started = time.perf_counter()
+    report_phase(reporter, PREPARING)
     if init_model_path and not Path(init_model_path).is_dir():
         raise TrainingError(f"the model to start from is missing: {init_model_path}",
                             "the earlier run's model folder was deleted; run it again")
@@ -176,6 +193,10 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     else:
         train, validation = _split_validation(train, spec.train.seed)
     hp = resolve_hyperparameters(spec, info, len(train))
+    available = len(train)
+    train = subsample(train, hp["max_train_examples"], hp["seed"])
+    if len(train) < available:
+        log.info("training on a seeded sample of %d of %d examples (max_train_examples)", len(train), available)
     if spec.task == "question-answering":
         hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)  # the overlap must leave room to advance
     device = pick_device(device)
@@ -207,7 +228,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     trainer = WorkbenchTrainer(model=model, args=args, data_collator=prepared.collator,
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
                                processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
-                               compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata)
+                               compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata,
+                               phase_listener=lambda name, done, total: report_phase(reporter, name, done, total))
     resume = last_complete_checkpoint(checkpoints)
     processes = world_size()
     total_steps = hp["max_steps"] or math.ceil(
@@ -215,7 +237,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
                         processes) * hp["epochs"])
     facts = {"device": device, "processes": processes, "total_steps": total_steps, "trainable_parameters": trainable,
              "total_parameters": total_params, "model": info.name, "model_path": path,
-             "train_examples": len(train), "validation_examples": len(validation),
+             "train_examples": len(train), "train_examples_available": available,
+             "validation_examples": len(validation),
              "hyperparameters": hp, "resumed_from": resume, **attention.as_metrics()}
     reporter.info(facts)
     log.info("run starts: %s", json.dumps(facts, default=str))
@@ -226,8 +249,9 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         prepared.extra["perplexity_before"] = perplexity(float(trainer.evaluate()["eval_loss"]))
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    trainer.overhead_seconds = 0.0  # the perplexity measured above is not part of training
+    trainer.reset_timings()  # the perplexity measured above is not part of training
     started = time.perf_counter()
+    setup_seconds = started - setup_started
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     except NonFiniteLoss as exc:
@@ -256,12 +280,22 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         raise Cancelled(f"cancelled at step {trainer.state.global_step}")
 
     # Every rank evaluates (predict() is sharded over the processes and gathered) ...
-    evaluation = (module.evaluate_model(trainer, prepared) if hasattr(module, "evaluate_model")
-                  else module.evaluate(prepared, trainer.predict(prepared.eval_dataset)))
+    final_started = time.perf_counter()
+    n_eval = len(prepared.eval_dataset)
+    log.info("training done at step %d; evaluating the best model on %d validation examples",
+             trainer.state.global_step, n_eval)
+    if hasattr(module, "evaluate_model"):
+        report_phase(reporter, EVALUATING, 0, n_eval)  # a task's own loop may not go through predict()
+        evaluation = module.evaluate_model(trainer, prepared)
+    else:
+        evaluation = module.evaluate(prepared, trainer.predict(prepared.eval_dataset))
+    final_eval_seconds = time.perf_counter() - final_started
     if _rank() != 0:
         # ... but only rank 0 writes the model and the outputs; the others hold the same weights
         log.info("rank %d of %d: done; rank 0 writes the model and the metrics", _rank(), processes)
         return dict(evaluation.metrics)
+    report_phase(reporter, SAVING_MODEL)
+    log.info("saving the model to %s", output_dir / "model")
     _export(trainer.model, tokenizer, output_dir, spec.lora.enabled)
     metrics = dict(evaluation.metrics)
     metrics.update({
@@ -273,12 +307,24 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         "train_seconds": round(train_seconds, 2),
         "samples_per_second": round(samples / pure_seconds, 3),
         "eval_and_checkpoint_seconds": round(trainer.overhead_seconds, 2),
+        # The parts of a run's time, for calibrated estimates of later runs (workbench.services.estimates)
+        # examples as the model sees them (QA: windows) and as records of the dataset
+        "train_examples": len(prepared.train_dataset), "train_records": len(train),
+        "validation_examples": n_eval, "validation_records": len(validation),
+        "setup_seconds": round(setup_seconds, 2),
+        "evaluations": trainer.evaluations, "evaluation_seconds": round(trainer.evaluation_seconds, 2),
+        "checkpoints": trainer.checkpoints, "checkpoint_seconds": round(trainer.checkpoint_seconds, 2),
+        "final_eval_seconds": round(final_eval_seconds, 2),
         "device": device,
         "processes": processes,
         **attention.as_metrics(),
     })
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
                      {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
+    report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
+    log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
+    metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
+    metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     _write_outputs(output_dir, metrics, hp, evaluation)
     log.info("run finished: %s", json.dumps(evaluation.metrics))
     return metrics

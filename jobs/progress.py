@@ -21,6 +21,22 @@ class Reporter(Protocol):
     def info(self, values: Mapping[str, object]) -> None:
         """Facts about the run known once it starts: device, trainable parameters, total steps..."""
 
+    def phase(self, name: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+        """What the run is doing now (one of ``PHASES``), with ``done`` of ``total`` examples where it counts."""
+
+
+# What a run is doing, in the order a run goes through them. "evaluating" counts validation examples.
+PREPARING, TRAINING, EVALUATING, SAVING_CHECKPOINT, SAVING_MODEL, WRITING_PREDICTIONS = (
+    "preparing", "training", "evaluating", "saving checkpoint", "saving model", "writing predictions")
+PHASES = (PREPARING, TRAINING, EVALUATING, SAVING_CHECKPOINT, SAVING_MODEL, WRITING_PREDICTIONS)
+
+
+def report_phase(reporter, name: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+    """Tell ``reporter`` the phase; reporters written before phases existed simply do not hear it."""
+    method = getattr(reporter, "phase", None)
+    if callable(method):
+        method(name, done, total)
+
 
 class Cancelled(Exception):
     """Raised by the engine after it stopped at a step boundary and saved a checkpoint."""
@@ -34,6 +50,7 @@ class RecordingReporter:
         self.steps: list[tuple[int, int, float]] = []
         self.points: list[tuple[int, Optional[float], dict]] = []
         self.facts: dict[str, object] = {}
+        self.phases: list[tuple[str, Optional[int], Optional[int]]] = []
 
     def progress(self, step, total_steps, epoch):
         self.steps.append((step, total_steps, epoch))
@@ -46,3 +63,6 @@ class RecordingReporter:
 
     def info(self, values):
         self.facts.update(values)
+
+    def phase(self, name, done=None, total=None):
+        self.phases.append((name, done, total))

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 # A run back in the queue shows no step of the attempt that stopped: the next attempt resumes from a
 # checkpoint (an earlier step) and reports where it is once it runs.
-NOT_STARTED: dict[str, Any] = {"step": 0, "progress": 0.0, "epoch": 0.0, "eta_seconds": None}
+NOT_STARTED: dict[str, Any] = {"step": 0, "progress": 0.0, "epoch": 0.0, "eta_seconds": None,
+                               "phase": None, "phase_done": None, "phase_total": None}
+# A finished run is in no phase any more.
+NO_PHASE: dict[str, Any] = {"phase": None, "phase_done": None, "phase_total": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +51,15 @@ def new_worker_id() -> str:
 
 
 def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Optional[int] = None,
-           priority: int = 0, sweep_id: Optional[int] = None, trial_number: Optional[int] = None) -> int:
+           priority: int = 0, sweep_id: Optional[int] = None, trial_number: Optional[int] = None,
+           estimate: Optional[dict[str, Any]] = None) -> int:
     """Insert a queued run for ``spec``; its artifacts will live in ``runs_dir/<id>``. A sweep's trial
-    carries its sweep and trial number from the start, so no worker can claim it unlinked."""
+    carries its sweep and trial number from the start, so no worker can claim it unlinked.
+    ``estimate`` is the time estimated at submit, kept to compare with the actual time later."""
     with db.session() as session:
         run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
                   dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, priority=priority,
-                  sweep_id=sweep_id, trial_number=trial_number)
+                  sweep_id=sweep_id, trial_number=trial_number, estimate=estimate)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))
@@ -120,10 +125,10 @@ def reclaim_expired(db: Database, lease_seconds: float, now: Optional[dt.datetim
     moved = []
     for run_id, status, attempts in stale:
         if status == CANCELLING:
-            new, values = CANCELLED, {"finished_at": now, "error": None}
+            new, values = CANCELLED, {"finished_at": now, "error": None, **NO_PHASE}
         elif attempts >= max_attempts:
             new, values = FAILED, {
-                "finished_at": now,
+                "finished_at": now, **NO_PHASE,
                 "error": f"the worker running this run stopped responding {attempts} times — "
                          "see the log; retry it once the cause is fixed"}
         else:
@@ -145,6 +150,7 @@ def finish(db: Database, run_id: int, attempt: int, status: str, **values: Any) 
     """Set a final status for the attempt that owns the run. False when the run moved on meanwhile
     (its lease expired and another attempt owns it, or a user acted) — the caller then changes nothing."""
     values.setdefault("finished_at", utcnow())
+    values = {**NO_PHASE, **values}
     with db.session() as session:
         result = session.execute(
             update(Run).where(Run.id == run_id, Run.attempts == attempt, Run.status.in_(sources_of(status)),
@@ -156,7 +162,7 @@ def finish(db: Database, run_id: int, attempt: int, status: str, **values: Any) 
 def release(db: Database, run_id: int, attempt: int, current: str, new: str) -> bool:
     """A worker that shuts down hands a run back (queued, or cancelled if a cancel was pending)."""
     check_transition(run_id, current, new)
-    values: dict[str, Any] = {"finished_at": utcnow()} if new == CANCELLED else dict(NOT_STARTED)
+    values: dict[str, Any] = {"finished_at": utcnow(), **NO_PHASE} if new == CANCELLED else dict(NOT_STARTED)
     with db.session() as session:
         result = session.execute(
             update(Run).where(Run.id == run_id, Run.attempts == attempt, Run.status == current)

@@ -70,6 +70,8 @@ class DbReporter:
         self._last_cancel_check = 0.0
         self._cancel = False
         self._state: dict[str, Any] = {}
+        self._phase: dict[str, Any] = {}
+        self._logged_quarter = -1
         self._latest: dict[str, float] = {}
         self._points: list[dict[str, Any]] = []
         self._first: Optional[tuple[float, int]] = None  # (time, step) of this attempt's first step, for the ETA
@@ -104,6 +106,25 @@ class DbReporter:
         # for a second could be lost to a crash after the checkpoint that covers it, leaving a gap in the curve.
         self.flush()
 
+    def phase(self, name: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+        """The phase goes to the database at once when it changes, its n of N at most once per interval.
+
+        The log gets the change, and evaluation progress at each quarter, so it never goes silent.
+        """
+        changed = name != self._phase.get("phase")
+        self._phase = {"phase": name, "phase_done": done, "phase_total": total}
+        if changed:
+            self._logged_quarter = -1
+            log.info("run %s: %s%s", self.run_id, name, f" ({total} examples)" if total else "")
+        elif total and done is not None:
+            quarter = 4 * done // total
+            if quarter > self._logged_quarter and 0 < quarter:
+                self._logged_quarter = quarter
+                log.info("run %s: %s %d/%d", self.run_id, name, done, total)
+        finished = bool(total) and done == total
+        if changed or finished or time.monotonic() - self._last_write >= self.interval:
+            self.flush()
+
     def info(self, values: Mapping[str, object]) -> None:
         total = values.get("total_steps")
         if isinstance(total, int) and self.enabled:
@@ -130,7 +151,7 @@ class DbReporter:
     def flush(self) -> None:
         self._last_write = time.monotonic()
         points, self._points = self._points, []
-        values = dict(self._state)
+        values = {**self._state, **self._phase}
         if self._latest:
             values["metrics"] = dict(self._latest)
         if not self.enabled or not values:

@@ -60,6 +60,7 @@ class TrainSpec:
     early_stopping_patience: Optional[int] = None
     eval_steps: Optional[int] = None
     max_steps: Optional[int] = None
+    max_train_examples: Optional[int] = None  # None: 2,000 for the quick preset (a seeded sample), else all
     class_weights: bool = False
     multi_label: Optional[bool] = None
     label_all_subtokens: bool = False

@@ -10,12 +10,12 @@ import logging
 import math
 import os
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from jobs.progress import Reporter
+from jobs.progress import EVALUATING, PREPARING, SAVING_CHECKPOINT, TRAINING, Reporter
 from jobs.sampling import BucketedSampler
 
 log = logging.getLogger(__name__)
@@ -38,19 +38,44 @@ class WorkbenchTrainer(Trainer):
     must line up with records (QA windows, error-analysis rows), so eval is sequential.
     """
 
-    overhead_seconds = 0.0  # time spent evaluating and checkpointing inside train(), for samples/s
-
-    def __init__(self, *args, strata: Optional[list[int]] = None, **kwargs):
+    def __init__(self, *args, strata: Optional[list[int]] = None,
+                 phase_listener: Optional[Callable[[str, Optional[int], Optional[int]], None]] = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.strata = strata
+        self.phase_listener = phase_listener
+        self.reset_timings()
+        self._in_train = False
+        self._eval_done = self._eval_total = 0
+
+    def reset_timings(self) -> None:
+        """Evaluations and checkpoints inside train(), timed apart from the optimisation (samples/s, estimates)."""
+        self.evaluation_seconds, self.evaluations = 0.0, 0
+        self.checkpoint_seconds, self.checkpoints = 0.0, 0
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.evaluation_seconds + self.checkpoint_seconds
+
+    def _phase(self, name: str, done: Optional[int] = None, total: Optional[int] = None) -> None:
+        if self.phase_listener is not None:
+            self.phase_listener(name, done, total)
+
+    def _after_phase(self) -> None:
+        self._phase(TRAINING if self._in_train else PREPARING)
 
     @contextlib.contextmanager
-    def _overhead(self):
+    def _evaluating(self, dataset):
+        self._eval_done, self._eval_total = 0, len(dataset) if dataset is not None else 0
+        self._phase(EVALUATING, 0, self._eval_total)
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.overhead_seconds += time.perf_counter() - started
+            log.info("evaluated %d examples in %.1f s", self._eval_total, time.perf_counter() - started)
+            if self._in_train:
+                self.evaluation_seconds += time.perf_counter() - started
+                self.evaluations += 1
+            self._after_phase()
 
     @contextlib.contextmanager
     def _padded(self):
@@ -59,17 +84,37 @@ class WorkbenchTrainer(Trainer):
         with padded() if padded else contextlib.nullcontext():
             yield
 
-    def evaluate(self, *args, **kwargs):
-        with self._overhead(), self._padded():
-            return super().evaluate(*args, **kwargs)
+    def train(self, *args, **kwargs):
+        self._in_train = True
+        self._phase(TRAINING)
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self._in_train = False
 
-    def predict(self, *args, **kwargs):
-        with self._padded():
-            return super().predict(*args, **kwargs)
+    def evaluate(self, eval_dataset=None, *args, **kwargs):
+        with self._evaluating(eval_dataset if eval_dataset is not None else self.eval_dataset), self._padded():
+            return super().evaluate(eval_dataset, *args, **kwargs)
+
+    def predict(self, test_dataset, *args, **kwargs):
+        with self._evaluating(test_dataset), self._padded():
+            return super().predict(test_dataset, *args, **kwargs)
+
+    def prediction_step(self, model, inputs, *args, **kwargs):
+        output = super().prediction_step(model, inputs, *args, **kwargs)
+        self._eval_done = min(self._eval_total, self._eval_done + _batch_length(inputs))
+        self._phase(EVALUATING, self._eval_done, self._eval_total)
+        return output
 
     def _save_checkpoint(self, *args, **kwargs):
-        with self._overhead():
+        self._phase(SAVING_CHECKPOINT)
+        started = time.perf_counter()
+        try:
             return super()._save_checkpoint(*args, **kwargs)
+        finally:
+            self.checkpoint_seconds += time.perf_counter() - started
+            self.checkpoints += 1
+            self._after_phase()
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
@@ -91,6 +136,15 @@ class WorkbenchTrainer(Trainer):
         if not torch.isfinite(loss.detach()).all():
             raise NonFiniteLoss(self.state.global_step + 1)
         return loss
+
+
+def _batch_length(inputs) -> int:
+    """Examples in one evaluation batch (the first tensor's first dimension)."""
+    for value in (inputs or {}).values():
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+    return 0
 
 
 class ReporterCallback(TrainerCallback):

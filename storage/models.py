@@ -74,6 +74,12 @@ class Run(Base):
     total_steps: Mapped[int] = mapped_column(Integer, default=0)
     epoch: Mapped[float] = mapped_column(Float, default=0.0)
     eta_seconds: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # What a running run does now (jobs.progress.PHASES), with done of total examples while it evaluates.
+    phase: Mapped[Optional[str]] = mapped_column(String(40), nullable=True)
+    phase_done: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    phase_total: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # The time estimated at submit (workbench.services.estimates), compared with the actual time on the run page.
+    estimate: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
     error_detail: Mapped[Optional[str]] = mapped_column(Text, nullable=True)

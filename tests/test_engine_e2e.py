@@ -115,6 +115,43 @@ def test_token_classification_learns_and_exports(tiny, tmp_path):
     assert isinstance(tagger("alice flew to paris"), list)
 
 
+def _pos_records(n: int, seed: int = 0) -> list[dict]:
+    """The NER sentences re-tagged with POS-like tags: not BIO, so no entity metrics."""
+    pos = {"alice": "NP", "bob": "NP", "carol": "NP", "flew": "VBD", "to": "IN", "new": "JJ"}
+    return [{"tokens": r["tokens"], "tags": [pos.get(t, "NN") for t in r["tokens"]]} for r in ner_records(n, seed)]
+
+
+def test_pos_run_has_per_tag_tables_phases_timings_and_a_sample(tiny, tmp_path):
+    reporter = RecordingReporter()
+    spec = _spec("token-classification", tmp_path, _pos_records(96), _pos_records(16, 1), tiny, epochs=2,
+                 max_train_examples=64)
+    metrics = run_training(spec, tmp_path / "run", reporter)
+    _outputs_ok(tmp_path / "run", 16)
+    # per-tag scores and a confusion matrix for a non-BIO tag set (it used to be {})
+    tables = json.loads((tmp_path / "run" / "tables.json").read_text())
+    assert {row["tag"] for row in tables["per_tag"]} >= {"NP", "VBD", "IN", "NN"} and "per_entity" not in tables
+    assert set(tables["confusion_matrix"]["labels"]) >= {"NP", "VBD"}
+    assert sum(map(sum, tables["confusion_matrix"]["matrix"])) == sum(len(r["tokens"]) for r in _pos_records(16, 1))
+    # the seeded sample: 64 of 96 training sentences
+    assert reporter.facts["train_examples"] == 64 and reporter.facts["train_examples_available"] == 96
+    assert metrics["train_examples"] == 64 and metrics["validation_examples"] == 16
+    # every phase, in order; evaluation counts up to all 16 validation examples
+    names = [name for name, _, _ in reporter.phases]
+    order = ["preparing", "training", "evaluating", "saving checkpoint", "saving model", "writing predictions"]
+    assert [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n][:2] == order[:2]
+    assert all(n in names for n in order)
+    last_eval = max(i for i, n in enumerate(names) if n == "evaluating")
+    assert names.index("saving model") > last_eval and names[-1] == "writing predictions"
+    last_training = max(i for i, n in enumerate(names) if n == "training")
+    final_counts = [d for n, d, t in reporter.phases[last_training:] if n == "evaluating"]
+    assert final_counts[0] == 0 and final_counts == sorted(final_counts) and final_counts[-1] == 16
+    assert reporter.phases[last_eval] == ("evaluating", 16, 16)
+    # the parts of the run's time, for estimates of later runs
+    assert metrics["evaluations"] == 2 and metrics["checkpoints"] == 2
+    assert metrics["final_eval_seconds"] > 0 and metrics["setup_seconds"] > 0
+    assert metrics["wall_seconds"] >= metrics["train_seconds"] + metrics["final_eval_seconds"]
+
+
 def test_question_answering(tiny, tmp_path):
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 

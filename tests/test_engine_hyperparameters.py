@@ -2,7 +2,7 @@
 import pytest
 
 from jobs.catalogue import ModelInfo
-from jobs.hyperparameters import QUICK_MAX_STEPS, resolve_hyperparameters
+from jobs.hyperparameters import QUICK_MAX_EXAMPLES, resolve_hyperparameters
 from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
 
 SMALL = ModelInfo("mini", "x", "bert", 6, 384, 12, 22_700_000)
@@ -36,9 +36,13 @@ def test_data_size_drives_epochs_and_batch():
 
 
 def test_presets():
+    # quick: one full epoch (no step cap) on at most QUICK_MAX_EXAMPLES examples
     quick = resolve_hyperparameters(_spec(preset="quick"), SMALL, 100_000)
-    assert quick["epochs"] == 1.0 and quick["max_steps"] == QUICK_MAX_STEPS
-    assert resolve_hyperparameters(_spec(preset="quick"), SMALL, 160)["max_steps"] == 20  # one epoch is shorter
+    assert quick["epochs"] == 1.0 and quick["max_steps"] is None and quick["max_train_examples"] == QUICK_MAX_EXAMPLES
+    assert quick["batch_size"] == 8  # chosen for the 2,000 examples it sees, not the 100,000 there are
+    assert resolve_hyperparameters(_spec(preset="quick", max_train_examples=500), SMALL, 9000)["max_train_examples"] == 500
+    standard = resolve_hyperparameters(_spec(), SMALL, 100_000)
+    assert standard["max_train_examples"] is None and standard["epochs"] == 2.0
     thorough = resolve_hyperparameters(_spec(preset="thorough"), SMALL, 2000)
     assert thorough["epochs"] == 5.0 and thorough["early_stopping_patience"] == 2
 
@@ -57,3 +61,15 @@ def test_lora_raises_the_default_rate_only():
 
 def test_qa_has_a_longer_window():
     assert resolve_hyperparameters(_spec("question-answering"), SMALL, 500)["max_length"] == 384
+
+
+def test_subsample_is_seeded_ordered_and_capped():
+    from jobs.engine import subsample
+
+    records = [{"i": i} for i in range(5000)]
+    sample = subsample(records, QUICK_MAX_EXAMPLES, seed=42)
+    assert len(sample) == QUICK_MAX_EXAMPLES and sample == subsample(records, QUICK_MAX_EXAMPLES, seed=42)
+    assert [r["i"] for r in sample] == sorted(r["i"] for r in sample)  # file order kept
+    assert sample != subsample(records, QUICK_MAX_EXAMPLES, seed=1)
+    assert subsample(records[:100], QUICK_MAX_EXAMPLES, seed=42) == records[:100]
+    assert subsample(records, None, seed=42) is records
