@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 # Columns of the runs table view: everything a row shows, nothing it does not (no spec, no error_detail).
 _LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress, Run.step, Run.total_steps,
-                 Run.epoch, Run.eta_seconds, Run.metrics, Run.error, Run.device, Run.attempts, Run.created_at,
-                 Run.started_at, Run.finished_at, Run.dataset_id, Run.sweep_id, Run.trial_number)
+                 Run.epoch, Run.eta_seconds, Run.phase, Run.phase_done, Run.phase_total, Run.metrics, Run.error,
+                 Run.device, Run.attempts, Run.created_at, Run.started_at, Run.finished_at, Run.dataset_id,
+                 Run.sweep_id, Run.trial_number)
 _ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
            "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress}
 
@@ -70,7 +71,8 @@ def _require_dataset(session, dataset_id: str) -> Dataset:
 def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0) -> int:
     """Queue a run; a worker picks it up. Returns its id."""
     submit_run_checks(wb, spec)
-    return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority)
+    return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority,
+                        estimate=_estimate(wb, spec))
 
 
 def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
@@ -82,6 +84,17 @@ def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
             raise ConfigError("the run has no training data: give a dataset id or a train file")
         if spec.init_from_run is not None:
             _require(session, spec.init_from_run)
+
+
+def _estimate(wb: Workbench, spec: RunSpec) -> Optional[dict[str, Any]]:
+    """The time estimate stored with a new run; an estimate that cannot be made never blocks a submit."""
+    from workbench.services import estimates
+
+    try:
+        return estimates.estimate_run(wb, spec)
+    except Exception:  # noqa: BLE001 - the run matters more than its estimate
+        log.warning("no time estimate for the new run", exc_info=True)
+        return None
 
 
 def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str] = None,

@@ -135,12 +135,61 @@ def model_name(model: str | None) -> str:
     return "/".join(parts[-2:]) if str(model).startswith(("/", ".")) else str(model)
 
 
+def estimate_range(estimate: Mapping[str, Any] | None) -> str:
+    """A stored time estimate as ``4m 10s – 6m 20s``; "" without one."""
+    if not estimate:
+        return ""
+    low, high = format_duration(estimate.get("low")), format_duration(estimate.get("high"))
+    return low if low == high else f"{low} – {high}"
+
+
+def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None, status: str) -> str:
+    """``estimated 4m 10s – 6m 20s · took 5m 02s (within the estimate)`` for the run page."""
+    if not estimate:
+        return ""
+    text = f"estimated {estimate_range(estimate)}"
+    if actual is None or status in ("queued",):
+        return text
+    if status in ("running", "cancelling"):
+        return text + f" · running for {format_duration(actual)}"
+    verdict = ""
+    if status == "succeeded":
+        if actual < (estimate.get("low") or 0):
+            verdict = " (faster than estimated)"
+        elif actual > (estimate.get("high") or 0):
+            verdict = f" ({actual / max(estimate.get('seconds') or 1, 1):.1f}× the estimate)"
+        else:
+            verdict = " (within the estimate)"
+    return text + f" · took {format_duration(actual)}{verdict}"
+
+
+def phase_text(run: Mapping[str, Any]) -> str:
+    """What an active run does now: ``evaluating 280/560``, ``saving model``; "" when not running or unknown."""
+    phase = run.get("phase")
+    if not phase or run.get("status") not in ("running", "cancelling"):
+        return ""
+    done, total = run.get("phase_done"), run.get("phase_total")
+    if total:
+        return f"{phase} {int(done or 0):,}/{int(total):,}"
+    return str(phase)
+
+
+def phase_fraction(run: Mapping[str, Any]) -> float | None:
+    """How far the current phase is when it counts examples (evaluation), else None."""
+    done, total = run.get("phase_done"), run.get("phase_total")
+    if phase_text(run) and total:
+        return min(max(float(done or 0) / float(total), 0.0), 1.0)
+    return None
+
+
 def eta_text(run: Mapping[str, Any]) -> str:
     status = run.get("status")
     if status in ("queued",):
         return "waiting"
     if status not in ACTIVE_STATES:
         return MISSING
+    if run.get("phase") not in (None, "", "training"):
+        return MISSING  # the ETA counts training steps; after the last one it would say 0s for minutes
     return format_duration(run.get("eta_seconds"))
 
 
@@ -150,7 +199,7 @@ def run_row(run: Any) -> list[Any]:
     return [
         run.get("id"),
         run_name(run),
-        status_label(str(run.get("status", ""))),
+        " · ".join(b for b in (status_label(str(run.get("status", ""))), phase_text(run)) if b),
         progress_bar(run.get("progress")),
         eta_text(run),
         main_metric_text(str(run.get("task", "")), run.get("metrics")),

@@ -18,6 +18,7 @@ import gradio as gr
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.services import estimates
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
@@ -88,8 +89,10 @@ class RunView:
 def run_header(run: dict[str, Any]) -> str:
     status = run.get("status", "")
     step, total = run.get("step") or 0, run.get("total_steps") or 0
-    bits = [f"step {step}/{total}" if total else "", f"epoch {run.get('epoch') or 0:.2f}" if total else "",
-            f"ETA {fmt.format_duration(run.get('eta_seconds'))}" if status == "running" else "",
+    phase, phase_part = fmt.phase_text(run), fmt.phase_fraction(run)
+    bits = [phase + (f" ({phase_part * 100:.0f}%)" if phase_part is not None else ""),
+            f"step {step}/{total}" if total else "", f"epoch {run.get('epoch') or 0:.2f}" if total else "",
+            f"ETA {fmt.eta_text(run)}" if status == "running" and fmt.eta_text(run) != fmt.MISSING else "",
             f"device {run['device']}" if run.get("device") else ""]
     label = f"{fmt.status_label(status)} · " + " · ".join(b for b in bits if b) if any(bits) \
         else fmt.status_label(status)
@@ -98,11 +101,28 @@ def run_header(run: dict[str, Any]) -> str:
              f"<code>{fmt.html.escape(fmt.model_name(run.get('model')))}</code> · data "
              f"<code>{fmt.html.escape(fmt.dataset_name(run))}</code> · created "
              f"{fmt.format_time(run.get('created_at'))}</p>")
-    body = title + f"<div id='run-status' data-status='{status}'>" + fmt.progress_html(
-        run.get("progress") if status != "succeeded" else 1.0, status, label) + "</div>"
+    # While it evaluates, the bar shows the evaluation's progress: training's is at 100 % by then.
+    shown = 1.0 if status == "succeeded" else (phase_part if phase_part is not None else run.get("progress"))
+    body = (title + f"<div id='run-status' data-status='{status}' data-phase='{fmt.html.escape(run.get('phase') or '')}'>"
+            + fmt.progress_html(shown, status, label) + "</div>")
+    timing = estimate_line(run)
+    if timing:
+        body += f"<p class='wb-muted' id='run-estimate'>{fmt.html.escape(timing)}</p>"
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
+
+
+def estimate_line(run: dict[str, Any]) -> str:
+    """The time estimated at submit next to the time the run took (or has been running)."""
+    import datetime as dt
+
+    status = str(run.get("status", ""))
+    finished = run.get("finished_at")
+    if status in ("running", "cancelling") and not finished:
+        finished = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    actual = estimates.actual_seconds({"started_at": run.get("started_at"), "finished_at": finished})
+    return fmt.estimate_vs_actual(run.get("estimate"), actual, status)
 
 
 def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
@@ -185,7 +205,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     """
     run = fmt.as_dict(runs_service.get_run(wb, int(run_id)))
     status = str(run.get("status", ""))
-    key = f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}:{run.get('heartbeat_at')}"
+    key = (f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}:{run.get('heartbeat_at')}:"
+           f"{run.get('phase')}:{run.get('phase_done')}")
     if key == last_key:
         return None
     curves = runs_service.run_curves(wb, int(run_id))

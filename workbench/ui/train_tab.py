@@ -15,14 +15,16 @@ from jobs import catalogue, hyperparameters
 from jobs.spec import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
 from workbench.errors import WorkbenchError
 from workbench.services import datasets as data_service
+from workbench.services import estimates
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 
 PRESETS = ("quick", "standard", "thorough")
 PRESET_HELP = {
-    "quick": "a short run to check that everything works (few steps)",
-    "standard": "sensible defaults from task, model size and data size",
-    "thorough": "more epochs with early stopping on the main metric",
+    "quick": f"1 epoch on at most {hyperparameters.QUICK_MAX_EXAMPLES:,} examples (a seeded sample) — a usable "
+             "first model in a fraction of standard's time",
+    "standard": "3 epochs on all examples (2 above 50k, 1 above 200k)",
+    "thorough": "2 epochs more than standard, with early stopping on the main metric",
 }
 # Advanced fields: (TrainSpec key, label, default shown; 0 or "" means "automatic").
 ADVANCED = (
@@ -110,21 +112,24 @@ def find_model(name: str):
     return catalogue.resolve_model(name)
 
 
-def _dataset_facts(wb, dataset_id: str | None) -> tuple[int, float]:
-    """(training examples, mean tokens per example) of a stored dataset; (0, 0) when unknown."""
-    if not dataset_id:
-        return 0, 0.0
-    try:
-        d = fmt.as_dict(data_service.get_dataset(wb, dataset_id))
-    except WorkbenchError:
-        return 0, 0.0
-    stats = fmt.as_dict(d.get("stats") or {})
-    lengths = fmt.as_dict(stats.get("token_stats") or {})
-    return int(d.get("train") or d.get("num_train") or 0), float(lengths.get("mean") or 32.0)
+def preset_lines(wb, spec: RunSpec) -> list[str]:
+    """What each preset would do with this dataset and model: epochs, examples, expected time."""
+    lines = []
+    for preset in PRESETS:
+        variant = dataclasses.replace(spec, train=dataclasses.replace(spec.train, preset=preset))
+        est = estimates.estimate_run(wb, variant)
+        if est is None:
+            return []
+        used = f"{est['train_examples']:,}"
+        marker = "**" if preset == spec.train.preset else ""
+        lines.append(f"- {marker}{preset}{marker}: {est['epochs']:g} epoch(s) on {used} training examples, "
+                     f"{est['evaluations']} evaluation(s) of {est['validation_examples']:,} — "
+                     f"about {fmt.estimate_range(est)}")
+    return lines
 
 
 def model_facts(wb, spec: RunSpec) -> str:
-    """Architecture facts, offline availability and a rough time/memory estimate, as markdown."""
+    """Architecture facts, offline availability, and the run's time estimate (train + evaluation) as markdown."""
     try:
         info = find_model(spec.model)
     except WorkbenchError as exc:
@@ -140,17 +145,18 @@ def model_facts(wb, spec: RunSpec) -> str:
              "↓ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
                                       else ""))
     lines = [f"**{info.name}** ({info.family}) · " + " · ".join(facts), where]
-    n_train, mean_tokens = _dataset_facts(wb, spec.data.dataset_id)
-    if n_train and info.parameters:
-        hp = hyperparameters.resolve_hyperparameters(spec, info, n_train)
-        examples = n_train * hp["epochs"]
-        if hp.get("max_steps"):
-            examples = min(examples, hp["max_steps"] * hp["batch_size"] * hp.get("gradient_accumulation_steps", 1))
-        est = catalogue.estimate_training(info.parameters, mean_tokens, int(examples), 1.0)
-        duration = fmt.format_duration(est["seconds"]) if est["seconds"] >= 1 else "under 1s"
-        lines.append(f"Rough estimate on this CPU: **{duration}** for "
-                     f"{int(examples):,} examples seen, about {est['memory_mb']:,} MB of memory "
-                     f"(lr {hp['learning_rate']:g}, batch {hp['batch_size']}, {hp['epochs']:g} epoch(s))")
+    est = estimates.estimate_run(wb, spec) if info.parameters else None
+    if est is not None:
+        parts = est["parts"]
+        memory = catalogue.estimate_training(info.parameters, 0, 0, 1.0)["memory_mb"]
+        hp = hyperparameters.resolve_hyperparameters(spec, info, est["train_examples"])
+        lines.append(
+            f"Estimated time on this {est['device'].upper()}: **{fmt.estimate_range(est)}** — training "
+            f"{fmt.format_duration(parts['train'])} ({est['examples_seen']:,} examples seen), "
+            f"{est['evaluations']} evaluation(s) {fmt.format_duration(parts['evaluation'])}, start-up and saving "
+            f"{fmt.format_duration(parts['fixed'] + parts['checkpoints'])}; about {memory:,} MB of memory "
+            f"(lr {hp['learning_rate']:g}, batch {hp['batch_size']}). Based on {est['basis']}.")
+        lines.extend(preset_lines(wb, spec))
     return "  \n".join(lines)
 
 

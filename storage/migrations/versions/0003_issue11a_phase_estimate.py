@@ -1,13 +1,13 @@
 """runs: the phase a running run is in (with n of N for evaluation), and the time estimated at submit
 
-Revision ID: 0003_issue-11a
+Revision ID: 0003_issue11a
 Revises: 0002_queue
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0003_issue-11a'
+revision = '0003_issue11a'
 down_revision = '0002_queue'
 branch_labels = None
 depends_on = None
