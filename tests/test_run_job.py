@@ -91,3 +91,37 @@ def test_a_taken_over_run_replays_its_steps_once_and_the_old_attempt_writes_noth
     assert record["attempts"] == 2 and record["metrics"]["resumed_from"] == 10.0
     curve = runs.run_curves(qwb, run_id)["train/loss"]
     assert [p["step"] for p in curve] == list(range(1, 21)) and 99.0 not in [p["value"] for p in curve]
+
+
+def test_the_phase_goes_to_the_database_and_the_log_and_ends_with_the_run(qwb, caplog):
+    """After the last step a run says it evaluates (n of N), saves and writes predictions; done, it says nothing."""
+    run_id = runs.submit_run(qwb, fake_spec(qwb, "fake:steps:20"))
+    claimed = queue.claim(qwb.db, "w")
+    reporter = DbReporter(qwb.db, run_id, claimed.attempt, interval=3600.0)  # only changes are written at once
+    reporter.progress(20, 20, 1.0)
+    caplog.set_level("INFO", logger="jobs.run_job")
+    reporter.phase("evaluating", 0, 560)
+    record = runs.get_run(qwb, run_id)
+    assert (record["phase"], record["phase_done"], record["phase_total"]) == ("evaluating", 0, 560)
+    reporter.phase("evaluating", 280, 560)  # throttled: not written yet
+    assert runs.get_run(qwb, run_id)["phase_done"] == 0
+    listed = runs.list_runs(qwb)[0]
+    assert (listed["phase"], listed["phase_total"]) == ("evaluating", 560)  # the table's query has it
+    reporter.phase("evaluating", 560, 560)  # the end of a phase is written at once
+    assert runs.get_run(qwb, run_id)["phase_done"] == 560
+    reporter.phase("writing predictions", 0, 560)
+    assert runs.get_run(qwb, run_id)["phase"] == "writing predictions"
+    logged = [r.getMessage() for r in caplog.records]
+    assert f"run {run_id}: evaluating (560 examples)" in logged and f"run {run_id}: evaluating 280/560" in logged
+    assert f"run {run_id}: writing predictions (560 examples)" in logged
+    queue.finish(qwb.db, run_id, claimed.attempt, SUCCEEDED)
+    record = runs.get_run(qwb, run_id)
+    assert (record["phase"], record["phase_done"], record["phase_total"]) == (None, None, None)
+
+
+def test_a_run_sent_back_to_the_queue_has_no_phase(qwb):
+    run_id = runs.submit_run(qwb, fake_spec(qwb, "fake:steps:20"))
+    claimed = queue.claim(qwb.db, "w")
+    DbReporter(qwb.db, run_id, claimed.attempt, interval=0.0).phase("saving checkpoint")
+    assert queue.release(qwb.db, run_id, claimed.attempt, "running", QUEUED)
+    assert runs.get_run(qwb, run_id)["phase"] is None

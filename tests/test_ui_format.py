@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from workbench.ui import format as fmt
 from workbench.ui import plots
 
@@ -137,3 +139,15 @@ def test_svg_charts_draw_one_line_per_curve_and_bars_from_zero():
 def test_curves_frame_keeps_the_last_value_logged_at_a_step():
     frame = plots.curves_frame({"eval/accuracy": [(8, 0.5), (8, 0.7)]}, loss=False)
     assert list(frame["value"]) == [0.7]
+
+
+def test_a_running_run_shows_its_phase_in_the_table_and_no_stale_eta():
+    run = {"id": 3, "task": "text-classification", "status": "running", "progress": 1.0, "eta_seconds": 0.0,
+           "phase": "evaluating", "phase_done": 280, "phase_total": 1144}
+    row = fmt.run_row(run)
+    assert row[2] == "▶ running · evaluating 280/1,144" and row[4] == "—"
+    assert fmt.phase_fraction(run) == pytest.approx(280 / 1144)
+    assert fmt.run_row({**run, "phase": "saving model", "phase_done": None, "phase_total": None})[2] == \
+        "▶ running · saving model"
+    assert fmt.run_row({**run, "phase": "training", "phase_done": None, "phase_total": None})[4] == "0s"
+    assert fmt.phase_text({**run, "status": "succeeded"}) == ""  # a finished run is in no phase

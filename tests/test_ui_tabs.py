@@ -66,6 +66,23 @@ def test_compare_lines_up_metrics_and_diffs_only_changed_settings(wb):
     assert list(result.metrics["Run"]) == ["#1 run 0", "#2 run 1"]
 
 
+def test_compare_shows_the_value_the_workbench_chose_for_automatic_settings(wb, tmp_path):
+    automatic = runs_service.submit_run(wb, RunSpec(task="text-classification", data=DataSpec(train_path="t"),
+                                                    name="auto"))
+    explicit = runs_service.submit_run(wb, RunSpec(task="text-classification", data=DataSpec(train_path="t"),
+                                                   train=TrainSpec(learning_rate=1e-4), name="set"))
+    waiting = runs_service.submit_run(wb, RunSpec(task="text-classification", data=DataSpec(train_path="t"),
+                                                  name="waiting"))
+    out = tmp_path / "auto"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"accuracy": 0.9, "hyperparameters": {"learning_rate": 5e-05}}))
+    with wb.db.session() as session:
+        session.get(Run, automatic).output_dir = str(out)
+    diff = compare_tab.compare(wb, [automatic, explicit, waiting]).diff
+    row = diff[diff["Setting"] == "train.learning_rate"].iloc[0].tolist()
+    assert row[1:] == ["5e-05 (automatic)", "0.0001", "automatic"]  # the waiting run has not chosen yet
+
+
 def test_train_form_round_trips_through_the_spec():
     advanced = {key: default for key, _, default in train_tab.ADVANCED}
     advanced.update(learning_rate=3e-5, max_steps=6)
@@ -120,3 +137,23 @@ def test_model_facts_show_context_languages_and_licence_of_a_new_encoder(wb):
     facts = train_tab.model_facts(wb, spec)
     assert "**mmBERT-small** (modernbert)" in facts and "22 layers" in facts and "8,192-token context" in facts
     assert "1800+ languages" in facts and "MIT" in facts and "needs a download" in facts
+
+
+def test_run_header_shows_the_phase_with_evaluation_progress_and_the_estimate(wb):
+    import datetime as dt
+
+    run_id = _runs(wb, 1)[0]
+    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(seconds=90)
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.progress, run.step, run.total_steps, run.started_at = "running", 1.0, 250, 250, started
+        run.phase, run.phase_done, run.phase_total = "evaluating", 140, 560
+        run.estimate = {"seconds": 100.0, "low": 90.0, "high": 120.0}
+    view = runs_tab.run_view(wb, run_id)
+    assert "evaluating 140/560 (25%)" in view.header and "step 250/250" in view.header
+    assert "width:25.0%" in view.header  # the bar follows the evaluation, not the finished training
+    assert "ETA" not in view.header and "data-phase='evaluating'" in view.header
+    assert "estimated 1m 30s – 2m 00s · running for 1m 3" in view.header
+    with wb.db.session() as session:
+        session.get(Run, run_id).phase_done = 280
+    assert runs_tab.run_view(wb, run_id, view.key) is not None  # evaluation progress refreshes the panel

@@ -268,6 +268,20 @@ def read_run_tables(output_dir: str | Path) -> dict[str, Any]:
         return {}
 
 
+def read_run_hyperparameters(output_dir: str | Path | None) -> dict[str, Any]:
+    """The hyper-parameters a finished run really used (``metrics.json``), automatic ones resolved; ``{}``
+    for a run that has not finished (or was trained before they were recorded)."""
+    path = Path(output_dir) / "metrics.json" if output_dir else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        resolved = json.loads(path.read_text(encoding="utf-8")).get("hyperparameters")
+    except (OSError, ValueError, AttributeError):
+        log.warning("unreadable %s", path)
+        return {}
+    return dict(resolved) if isinstance(resolved, dict) else {}
+
+
 def read_run_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, Any]]:
     """The first ``limit`` wrong validation predictions from ``predictions.jsonl``, read as a stream."""
     path = Path(output_dir) / "predictions.jsonl"

@@ -41,8 +41,9 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
                              *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys]]
                             for label, r in zip(labels, runs)], columns=["Run", "Status", "Model", *metric_keys])
-    # None in a spec means "the engine chooses", so say that rather than show a blank.
-    diff_rows = [[key, *["automatic" if v is None else fmt.short_value(v) for v in values]]
+    # None in a spec means "the engine chooses": show what it chose once the run has recorded it.
+    resolved = [runs_service.read_run_hyperparameters(r.get("output_dir")) for r in runs]
+    diff_rows = [[key, *[fmt.shown_setting(key, v, hp) for v, hp in zip(values, resolved)]]
                  for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
     diff = pd.DataFrame(diff_rows, columns=["Setting", *labels])
     per_class = side_by_side(labels, [per_class_rows(read_run_tables(r["output_dir"]) if r.get("output_dir") else {})

@@ -243,6 +243,16 @@ def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[An
     return diff
 
 
+def shown_setting(key: str, value: Any, resolved: Mapping[str, Any] | None) -> str:
+    """A spec value for the config diff. ``None`` means the workbench chose: show what it chose
+    (``5e-05 (automatic)``, from the run's resolved hyper-parameters), or "automatic" before it ran."""
+    if value is not None:
+        return short_value(value)
+    name = key.split(".", 1)[1] if key.startswith("train.") else key
+    chosen = (resolved or {}).get(name)
+    return f"{short_value(chosen)} (automatic)" if chosen is not None else "automatic"
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
