@@ -140,3 +140,25 @@ def test_train_eval_file_or_dataset(cli, wb, tmp_path):
     assert code == 0, err
     assert runs.get_run(wb, int(out))["spec"]["data"]["validation_path"] == \
         str(datasets.dataset_files(wb, dataset)[0])
+
+
+def test_runs_show_and_list_give_the_phase_and_the_estimate(cli, wb):
+    import datetime as dt
+
+    from storage.models import Run
+
+    run_id = runs.submit_run(wb, fake_spec(wb, name="demo"))
+    started = dt.datetime(2026, 12, 1, 12, 0, 0)
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.phase, run.phase_done, run.phase_total = "running", "evaluating", 40, 160
+        run.estimate, run.started_at = {"seconds": 100.0, "low": 90.0, "high": 120.0}, started
+    code, out, _ = cli("runs", "show", str(run_id))
+    assert code == 0 and "now: evaluating 40/160" in out and "time: estimated 1m 30s – 2m 00s · running for" in out
+    assert "[evaluating 40/160]" in cli("runs", "list")[1]
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.phase, run.finished_at = "succeeded", None, started + dt.timedelta(seconds=300)
+    code, out, _ = cli("runs", "show", str(run_id))
+    assert "now:" not in out and "time: estimated 1m 30s – 2m 00s · took 5m 00s (3.0× the estimate)" in out
+    assert json.loads(cli("runs", "show", str(run_id), "--json")[1])["estimate"]["seconds"] == 100.0

@@ -14,6 +14,7 @@ from jobs.spec import HEADLINE_METRICS
 from workbench.cli import emit, runs_app
 from workbench.context import open_workbench
 from workbench.services import runs as runs_service
+from workbench.ui import format as fmt
 
 
 def _format_row(run: dict) -> str:
@@ -21,7 +22,9 @@ def _format_row(run: dict) -> str:
     metrics = ", ".join(f"{k}={values[k]:.4g}" for k in HEADLINE_METRICS.get(run["task"], ())
                         if isinstance(values.get(k), (int, float)))
     progress = f"{run['progress'] * 100:5.1f}%"
-    return f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
+    phase = fmt.phase_text(run)
+    return (f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
+            + (f"  [{phase}]" if phase else ""))
 
 
 @runs_app.command("list")
@@ -44,6 +47,12 @@ def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print 
         run = runs_service.get_run(wb, run_id)
     lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, step {run['step']}/{run['total_steps']})",
              f"task {run['task']}, model {run['model']}, device {run['device'] or '-'}, attempts {run['attempts']}"]
+    phase = fmt.phase_text(run)
+    if phase:
+        lines.append(f"now: {phase}")
+    timing = fmt.estimate_line(run)
+    if timing:
+        lines.append(f"time: {timing}")
     lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items())]
     if run["error"]:
         lines.append(f"error: {run['error']}")

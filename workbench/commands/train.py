@@ -103,6 +103,11 @@ def train(
                           epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora,
                           procs=procs)
         run_id = runs.submit_run(wb, spec)
+        estimate = runs.get_run(wb, run_id).get("estimate")
+        if estimate and not as_json:
+            from workbench.ui.format import estimate_range
+
+            typer.echo(f"run {run_id}: estimated {estimate_range(estimate)} ({estimate['basis']})", err=True)
         if not wait:
             emit({"id": run_id, "status": "queued"}, as_json, str(run_id))
             return

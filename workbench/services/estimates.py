@@ -184,3 +184,4 @@ def actual_seconds(run: dict[str, Any]) -> Optional[float]:
         return None
     parse = lambda v: v if isinstance(v, dt.datetime) else dt.datetime.fromisoformat(str(v).rstrip("Z"))  # noqa: E731
     return max(0.0, (parse(finished) - parse(started)).total_seconds())
+

@@ -163,6 +163,18 @@ def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None,
     return text + f" · took {format_duration(actual)}{verdict}"
 
 
+def estimate_line(run: Mapping[str, Any]) -> str:
+    """The time estimated at submit next to the time the run took (or has been running so far)."""
+    from workbench.services.estimates import actual_seconds
+
+    status = str(run.get("status", ""))
+    finished = run.get("finished_at")
+    if status in ("running", "cancelling") and not finished:
+        finished = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    actual = actual_seconds({"started_at": run.get("started_at"), "finished_at": finished})
+    return estimate_vs_actual(run.get("estimate"), actual, status)
+
+
 def phase_text(run: Mapping[str, Any]) -> str:
     """What an active run does now: ``evaluating 280/560``, ``saving model``; "" when not running or unknown."""
     phase = run.get("phase")

@@ -18,7 +18,6 @@ import gradio as gr
 import pandas as pd
 
 from workbench.errors import WorkbenchError
-from workbench.services import estimates
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
@@ -105,24 +104,12 @@ def run_header(run: dict[str, Any]) -> str:
     shown = 1.0 if status == "succeeded" else (phase_part if phase_part is not None else run.get("progress"))
     body = (title + f"<div id='run-status' data-status='{status}' data-phase='{fmt.html.escape(run.get('phase') or '')}'>"
             + fmt.progress_html(shown, status, label) + "</div>")
-    timing = estimate_line(run)
+    timing = fmt.estimate_line(run)
     if timing:
         body += f"<p class='wb-muted' id='run-estimate'>{fmt.html.escape(timing)}</p>"
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
-
-
-def estimate_line(run: dict[str, Any]) -> str:
-    """The time estimated at submit next to the time the run took (or has been running)."""
-    import datetime as dt
-
-    status = str(run.get("status", ""))
-    finished = run.get("finished_at")
-    if status in ("running", "cancelling") and not finished:
-        finished = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    actual = estimates.actual_seconds({"started_at": run.get("started_at"), "finished_at": finished})
-    return fmt.estimate_vs_actual(run.get("estimate"), actual, status)
 
 
 def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
