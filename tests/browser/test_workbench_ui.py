@@ -382,3 +382,117 @@ def test_auth_asks_for_a_login(tmp_path, browser):
         context.close()
     finally:
         server.stop()
+
+
+# --- issue 11, training side: presets, estimates, phases, per-tag scores, resolved settings -------------
+
+def _service_workbench(server):
+    from workbench.context import open_workbench
+    from workbench.settings import Settings
+
+    return open_workbench(Settings.from_env(server.env))
+
+
+def _tiny_run(wb, model, dataset_id: str, task: str, name: str, **train) -> int:
+    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from workbench.services import runs as runs_service
+
+    spec = RunSpec(task=task, model=str(model), data=DataSpec(dataset_id=dataset_id), name=name,
+                   train=TrainSpec(preset="quick", max_steps=6, eval_steps=3, **train))
+    run_id = runs_service.submit_run(wb, spec)
+    assert runs_service.wait_for_run(wb, run_id, timeout=RUN_TIMEOUT_MS / 1000)["status"] == "succeeded"
+    return run_id
+
+
+def test_train_form_explains_presets_and_the_run_page_compares_estimate_and_actual(server, page,
+                                                                                   tmp_path_factory):
+    from workbench.services import datasets
+    from workbench.services import runs as runs_service
+
+    model = tiny_model(tmp_path_factory.mktemp("models-11a") / "tiny-bert-11a")
+    wb = _service_workbench(server)
+    try:
+        dataset = datasets.import_dataset(wb, UI_DATA / "sms_sample.csv", "text-classification", name="sms-11a")
+        run_id = _tiny_run(wb, model, dataset.id, "text-classification", "estimated")
+        log_text = runs_service.run_logs(wb, run_id, tail=1000)
+    finally:
+        wb.close()
+    for phase in ("training", "evaluating", "saving checkpoint", "saving model", "writing predictions"):
+        assert f"run {run_id}: {phase}" in log_text, phase
+    # The run page: the estimate made at submit next to the time it took, and the phases in its log.
+    select_run(page, server, run_id)
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_text(page, "#run-estimate", "estimated")
+    assert re.search(r"took \d+", page.locator("#run-estimate").inner_text())
+    open_tab(page, "Log")
+    wait_text(page, "#run-log", "evaluating")
+    # The Train form: what each preset does with this dataset, and an estimate calibrated on that run.
+    open_tab(page, "Train")
+    page.locator("#train-dataset input").wait_for()
+    choose(page, "train-dataset", "sms-11a")
+    choose(page, "train-model", str(model))
+    wait_text(page, "#train-facts", "past run(s) of this model and task", timeout=60_000)
+    facts = page.locator("#train-facts").inner_text()
+    assert re.search(r"quick: 1 epoch\(s\) on \d+ training examples", facts), facts
+    assert "standard: 3 epoch(s)" in facts and "thorough: 5 epoch(s)" in facts and "evaluation(s)" in facts
+    assert "1 epoch on at most 2,000 examples" in page.locator("#train-preset").inner_text()
+
+
+def test_runs_table_and_header_show_what_a_run_does_after_its_last_step(server, page):
+    from storage.models import Run, utcnow
+    from workbench.services import runs as runs_service
+
+    wb = _service_workbench(server)
+    try:
+        with wb.db.session() as session:
+            # A run another worker is evaluating: the page shows what the database says.
+            run = Run(name="evaluating-11a", task="text-classification", model="elsewhere", status="running",
+                      spec={}, worker_id="another-machine", heartbeat_at=utcnow(), started_at=utcnow(), attempts=1,
+                      progress=1.0, step=250, total_steps=250, eta_seconds=0.0, phase="evaluating",
+                      phase_done=280, phase_total=1144)
+            session.add(run)
+            session.flush()
+            run_id = run.id
+        select_run(page, server, run_id)
+        wait_text(page, "#runs-table", "evaluating 280/1,144")
+        wait_text(page, "#run-header", "evaluating 280/1,144 (24%)")
+        assert "ETA" not in page.locator("#run-header").inner_text()  # no "ETA 0s" while it evaluates
+        with wb.db.session() as session:
+            row = session.get(Run, run_id)
+            row.phase, row.phase_done, row.phase_total, row.heartbeat_at = "writing predictions", None, None, utcnow()
+        wait_text(page, "#run-header", "writing predictions")
+        wait_text(page, "#runs-table", "writing predictions")
+    finally:
+        with wb.db.session() as session:
+            row = session.get(Run, run_id)
+            row.status, row.phase, row.finished_at = "failed", None, utcnow()
+        runs_service.delete_run(wb, run_id)
+        wb.close()
+
+
+def test_pos_run_has_per_tag_scores_and_compare_shows_the_chosen_values(server, page, tmp_path_factory):
+    from workbench.services import datasets
+
+    model = tiny_model(tmp_path_factory.mktemp("models-11a-pos") / "tiny-bert-pos")
+    wb = _service_workbench(server)
+    try:
+        pos = datasets.import_dataset(wb, datasets.example_path("token-classification").parent / "brown_pos.conll",
+                                      "token-classification", name="brown-11a")
+        automatic = _tiny_run(wb, model, pos.id, "token-classification", "pos automatic lr")
+        explicit = _tiny_run(wb, model, pos.id, "token-classification", "pos lr 3e-4", learning_rate=0.0003)
+    finally:
+        wb.close()
+    select_run(page, server, automatic)
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    open_tab(page, "Metrics")
+    wait_text(page, "#run-confusion", "gold \\ predicted")
+    per_tag = page.locator("#run-per-class").inner_text()
+    assert "nn" in per_tag.lower() and "Support" in per_tag  # Brown tags, one row each
+    assert "No confusion matrix" not in page.locator("#run-confusion").inner_text()
+    open_tab(page, "Compare")
+    for label in (f"#{automatic}", f"#{explicit}"):
+        choose(page, "compare-runs", label)
+    page.locator("#compare-go").click()
+    wait_text(page, "#compare-diff", "train.learning_rate")
+    diff = page.locator("#compare-diff").inner_text()
+    assert "0.0001 (automatic)" in diff and "0.0003" in diff, diff  # token classification, small model: 1e-4

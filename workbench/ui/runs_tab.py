@@ -376,8 +376,9 @@ def build(wb) -> RunsTab:
                               max_lines=30)
         with gr.Tab("Metrics", id="metrics"):
             final_metrics = gr.Dataframe(headers=["Metric", "Value"], interactive=False, elem_id="run-metrics")
-            per_class = gr.Dataframe(headers=PER_CLASS_HEADERS, interactive=False, label="Per class / entity")
-            confusion = gr.HTML(label="Confusion matrix")
+            per_class = gr.Dataframe(headers=PER_CLASS_HEADERS, interactive=False, label="Per class / entity / tag",
+                                     elem_id="run-per-class")
+            confusion = gr.HTML(label="Confusion matrix", elem_id="run-confusion")
         with gr.Tab("Errors", id="errors"):
             gr.Markdown("Validation examples the model got wrong: gold vs predicted, then the input (shortened; "
                         "the full records are in the run's predictions.jsonl).", elem_classes="wb-muted")
