@@ -53,7 +53,8 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message)
 
 
-HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch")
+HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch", "examples",
+                "records", "evaluations", "checkpoints")
 
 
 def quality_metrics(runs: list[dict[str, Any]]) -> list[str]:
