@@ -7,6 +7,8 @@ want smaller rates. LoRA trains few parameters and needs a larger rate.
 """
 from __future__ import annotations
 
+import math
+
 PRESETS = ("quick", "standard", "thorough")
 SMALL, BASE = 100_000_000, 200_000_000  # parameter counts separating small / base / large
 
@@ -47,6 +49,21 @@ def train_examples_cap(preset: str, explicit: int | None) -> int | None:
 
 def examples_used(n_train: int, cap: int | None) -> int:
     return min(n_train, cap) if cap else n_train
+
+
+def evaluations_during_training(hp: dict, steps_per_epoch: int) -> int:
+    """How many evaluations the Trainer runs before the engine's final one on the best model.
+
+    Every epoch (or every ``eval_steps``), except for a single epoch without early stopping: its one
+    evaluation would pick the only checkpoint as the best and then be repeated by the final
+    evaluation, which on a large validation set doubles the time spent after the last step.
+    """
+    total = hp["max_steps"] or math.ceil(steps_per_epoch * hp["epochs"])
+    if hp["max_steps"] or hp["eval_steps"]:
+        return max(1, total // (hp["eval_steps"] or min(steps_per_epoch, total)))
+    if hp["epochs"] <= 1 and not hp["early_stopping_patience"]:
+        return 0
+    return math.ceil(hp["epochs"])
 
 
 def default_batch_size(n_train: int) -> int:

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from jobs.hyperparameters import evaluations_during_training
 from jobs.progress import EVALUATING, PREPARING, SAVING_CHECKPOINT, TRAINING, Reporter
 from jobs.sampling import BucketedSampler
 
@@ -254,6 +255,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
     by_steps = bool(hp["max_steps"] or hp["eval_steps"])
     eval_steps = hp["eval_steps"] or (min(per_epoch, total) if by_steps else None)
     strategy = "steps" if by_steps else "epoch"
+    evaluating = evaluations_during_training(hp, per_epoch) > 0  # see there: a single epoch is evaluated once
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=hp["batch_size"],
@@ -267,14 +269,14 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         max_steps=hp["max_steps"] or -1,
         # WorkbenchTrainer answers "group_by_length" with jobs.sampling's class-mixed, shuffled buckets
         train_sampling_strategy="group_by_length" if hp.get("group_by_length", True) else "random",
-        eval_strategy=strategy,
+        eval_strategy=strategy if evaluating else "no",
         save_strategy=strategy,
         eval_steps=eval_steps,
         save_steps=eval_steps,
         save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
-        load_best_model_at_end=True,
-        metric_for_best_model=main_metric,
-        greater_is_better=greater_is_better,
+        load_best_model_at_end=evaluating,
+        metric_for_best_model=main_metric if evaluating else None,
+        greater_is_better=greater_is_better if evaluating else None,
         logging_strategy="steps",
         logging_steps=max(1, min(25, total // 20)),
         seed=hp["seed"],

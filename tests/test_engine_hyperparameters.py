@@ -73,3 +73,15 @@ def test_subsample_is_seeded_ordered_and_capped():
     assert sample != subsample(records, QUICK_MAX_EXAMPLES, seed=1)
     assert subsample(records[:100], QUICK_MAX_EXAMPLES, seed=42) == records[:100]
     assert subsample(records, None, seed=42) is records
+
+
+def test_a_single_epoch_is_evaluated_once_at_the_end():
+    from jobs.hyperparameters import evaluations_during_training
+
+    quick = resolve_hyperparameters(_spec(preset="quick"), SMALL, 5000)
+    assert evaluations_during_training(quick, 250) == 0  # the final evaluation is the only one
+    assert evaluations_during_training(resolve_hyperparameters(_spec(), SMALL, 5000), 313) == 3
+    thorough_one = resolve_hyperparameters(_spec(preset="thorough", epochs=1), SMALL, 5000)
+    assert evaluations_during_training(thorough_one, 313) == 1  # early stopping needs its evaluations
+    by_steps = resolve_hyperparameters(_spec(preset="quick", max_steps=8, eval_steps=2), SMALL, 5000)
+    assert evaluations_during_training(by_steps, 250) == 4

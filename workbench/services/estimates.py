@@ -73,12 +73,10 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int) ->
     per_epoch = max(1, math.ceil(math.ceil(used / hp["batch_size"]) / hp["gradient_accumulation_steps"]))
     steps = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
     examples = min(used * hp["epochs"], steps * hp["batch_size"] * hp["gradient_accumulation_steps"])
-    if hp["max_steps"] or hp["eval_steps"]:
-        evaluations = max(1, steps // (hp["eval_steps"] or min(per_epoch, steps)))
-    else:
-        evaluations = math.ceil(hp["epochs"])
+    evaluations = hyperparameters.evaluations_during_training(hp, per_epoch)
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
-            "checkpoints": evaluations, "validation_examples": n_validation, "hp": hp}
+            # a checkpoint at each evaluation; a single epoch still saves one at its end
+            "checkpoints": evaluations or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp}
 
 
 def _history(wb: Workbench, model: str, task: str, kind: str) -> list[dict[str, Any]]:
