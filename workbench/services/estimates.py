@@ -81,7 +81,8 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int) ->
 
 def _history(wb: Workbench, model: str, task: str, kind: str) -> list[dict[str, Any]]:
     """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``."""
-    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at).outerjoin(Dataset, Run.dataset_id == Dataset.id)
+    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at)
+            .outerjoin(Dataset, Run.dataset_id == Dataset.id)
             .where(Run.status == SUCCEEDED, Run.model == model, Run.task == task)
             .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
     found = []

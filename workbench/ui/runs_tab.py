@@ -102,7 +102,8 @@ def run_header(run: dict[str, Any]) -> str:
              f"{fmt.format_time(run.get('created_at'))}</p>")
     # While it evaluates, the bar shows the evaluation's progress: training's is at 100 % by then.
     shown = 1.0 if status == "succeeded" else (phase_part if phase_part is not None else run.get("progress"))
-    body = (title + f"<div id='run-status' data-status='{status}' data-phase='{fmt.html.escape(run.get('phase') or '')}'>"
+    phase_attr = fmt.html.escape(run.get("phase") or "")
+    body = (title + f"<div id='run-status' data-status='{status}' data-phase='{phase_attr}'>"
             + fmt.progress_html(shown, status, label) + "</div>")
     timing = fmt.estimate_line(run)
     if timing:
