@@ -58,10 +58,11 @@ def evaluations_during_training(hp: dict, steps_per_epoch: int) -> int:
     evaluation would pick the only checkpoint as the best and then be repeated by the final
     evaluation, which on a large validation set doubles the time spent after the last step.
     """
-    total = hp["max_steps"] or math.ceil(steps_per_epoch * hp["epochs"])
-    if hp["max_steps"] or hp["eval_steps"]:
-        return max(1, total // (hp["eval_steps"] or min(steps_per_epoch, total)))
-    if hp["epochs"] <= 1 and not hp["early_stopping_patience"]:
+    max_steps, eval_steps = hp.get("max_steps"), hp.get("eval_steps")
+    total = max_steps or math.ceil(steps_per_epoch * hp["epochs"])
+    if max_steps or eval_steps:
+        return max(1, total // (eval_steps or min(steps_per_epoch, total)))
+    if hp["epochs"] <= 1 and not hp.get("early_stopping_patience"):
         return 0
     return math.ceil(hp["epochs"])
 

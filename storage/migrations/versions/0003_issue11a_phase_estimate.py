@@ -1,14 +1,14 @@
 """runs: the phase a running run is in (with n of N for evaluation), and the time estimated at submit
 
 Revision ID: 0003_issue11a
-Revises: 0002_queue
+Revises: 0003_issue12
 """
 from alembic import op
 import sqlalchemy as sa
 
 
 revision = '0003_issue11a'
-down_revision = '0002_queue'
+down_revision = '0003_issue12'
 branch_labels = None
 depends_on = None
 
