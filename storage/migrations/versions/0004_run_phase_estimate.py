@@ -1,14 +1,14 @@
 """runs: the phase a running run is in (with n of N for evaluation), and the time estimated at submit
 
-Revision ID: 0003_issue11a
-Revises: 0003_issue12
+Revision ID: 0004_phase_estimate
+Revises: 0003_sweeps
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0003_issue11a'
-down_revision = '0003_issue12'
+revision = '0004_phase_estimate'
+down_revision = '0003_sweeps'
 branch_labels = None
 depends_on = None
 

@@ -1,13 +1,13 @@
 """sweeps: the sweeps table, and runs.sweep_id / runs.trial_number for a sweep's trials
 
-Revision ID: 0003_issue12
+Revision ID: 0003_sweeps
 Revises: 0002_queue
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0003_issue12'
+revision = '0003_sweeps'
 down_revision = '0002_queue'
 branch_labels = None
 depends_on = None
