@@ -44,8 +44,10 @@ DO $$ BEGIN
   END IF;
 END $$;
 SQL
-        su postgres -c "psql -q -p $port -tc \"SELECT 1 FROM pg_database WHERE datname='workbench_test'\"" | grep -q 1 \
-            || su postgres -c "createdb -p $port -O workbench workbench_test"
+        # A fresh test database every run: tables or an alembic revision left by an earlier checkout
+        # (another branch's migrations) must not decide whether this one's tests pass.
+        su postgres -c "dropdb -p $port --if-exists --force workbench_test" >/dev/null 2>&1
+        su postgres -c "createdb -p $port -O workbench workbench_test"
         if pg_isready -q -h 127.0.0.1 -p "$port"; then
             echo "WORKBENCH_TEST_PG_URL=postgresql+psycopg://workbench:workbench@127.0.0.1:$port/workbench_test" >> "$env_file"
         fi

@@ -49,3 +49,19 @@ def pg_url():
     if not url:
         require_service("no PostgreSQL server (WORKBENCH_TEST_PG_URL unset); run `make test` as root to start one")
     return url
+
+
+@pytest.fixture
+def cli(wb, monkeypatch, capsys):
+    """``cli("runs", "list")`` runs the CLI in-process on ``wb``'s home: (exit code, stdout, stderr)."""
+    from workbench.cli import main
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(wb.settings.home))
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        captured = capsys.readouterr()
+        return exc.value.code, captured.out, captured.err
+
+    return invoke

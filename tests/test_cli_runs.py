@@ -10,23 +10,9 @@ from jobs import queue
 from storage.models import CANCELLED, QUEUED, SUCCEEDED
 from tests.queue_support import fake_spec
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
-from workbench.cli import main
 from workbench.commands.worker import parse_gpus
 from workbench.errors import ConfigError
 from workbench.services import datasets, runs
-
-
-@pytest.fixture
-def cli(wb, monkeypatch, capsys):
-    monkeypatch.setenv("WORKBENCH_HOME", str(wb.settings.home))
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        captured = capsys.readouterr()
-        return exc.value.code, captured.out, captured.err
-
-    return invoke
 
 
 def test_runs_list_and_show_json(cli, wb):

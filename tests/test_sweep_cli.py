@@ -10,21 +10,7 @@ from jobs.worker import Worker
 from storage.models import SUCCEEDED
 from tests.queue_support import fake_spec, wait_until
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
-from workbench.cli import main
 from workbench.services import runs, sweeps
-
-
-@pytest.fixture
-def cli(wb, monkeypatch, capsys):
-    monkeypatch.setenv("WORKBENCH_HOME", str(wb.settings.home))
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        captured = capsys.readouterr()
-        return exc.value.code, captured.out, captured.err
-
-    return invoke
 
 
 def data_file(tmp_path):

@@ -161,5 +161,6 @@ def test_run_header_shows_the_phase_with_evaluation_progress_and_the_estimate(wb
 
 def test_compare_leaves_the_timing_and_size_facts_out_of_the_metrics():
     runs = [{"metrics": {"accuracy": 0.9, "train_examples": 2000, "validation_records": 500, "evaluations": 3,
-                         "checkpoints": 3, "setup_seconds": 4.0, "wall_seconds": 60.0, "f1_macro": 0.8}}]
+                         "checkpoints": 3, "setup_seconds": 4.0, "wall_seconds": 60.0, "f1_macro": 0.8,
+                         "processes": 2}}]
     assert compare_tab.quality_metrics(runs) == ["accuracy", "f1_macro"]

@@ -54,7 +54,7 @@ def compare(wb, run_ids: list[int]) -> Comparison:
 
 
 HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch", "examples",
-                "records", "evaluations", "checkpoints")
+                "records", "evaluations", "checkpoints", "processes")
 
 
 def quality_metrics(runs: list[dict[str, Any]]) -> list[str]:
