@@ -69,6 +69,26 @@ def test_list_runs_filters_searches_and_orders(qwb):
         runs.list_runs(qwb, order_by="spec")
 
 
+def test_runs_of_a_sweep_are_grouped_in_trial_order(qwb):
+    from storage.models import Sweep
+
+    with qwb.db.session() as session:
+        sweeps = [Sweep(name=f"s{i}", task="text-classification", spec={}, study_name=f"study-{i}") for i in (1, 2)]
+        session.add_all(sweeps)
+        session.flush()
+        first, second = (s.id for s in sweeps)
+    plain_old = runs.submit_run(qwb, fake_spec(qwb, name="before"))
+    submitted = [(sweep, trial, queue.submit(qwb.db, fake_spec(qwb, name=f"sweep {sweep} #{trial}"),
+                                             qwb.settings.runs_dir, sweep_id=sweep, trial_number=trial))
+                 for sweep, trial in ((first, 1), (second, 0), (first, 0), (second, 1))]
+    plain_new = runs.submit_run(qwb, fake_spec(qwb, name="after"))
+    by_id = {run_id: (sweep, trial) for sweep, trial, run_id in submitted}
+    order = [r["id"] for r in runs.list_runs(qwb, order_by="sweep")]
+    assert [by_id.get(i) for i in order] == [(second, 0), (second, 1), (first, 0), (first, 1), None, None]
+    assert order[4:] == [plain_new, plain_old]
+    assert [r["id"] for r in runs.list_runs(qwb, sweep_id=first, order_by="sweep")] == order[2:4]
+
+
 def test_search_finds_wildcard_characters_literally(qwb):
     percent = runs.submit_run(qwb, fake_spec(qwb, name="100% of the data"))
     underscore = runs.submit_run(qwb, fake_spec(qwb, "my_model", name="plain"))

@@ -34,7 +34,9 @@ _LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress
                  Run.device, Run.attempts, Run.created_at, Run.started_at, Run.finished_at, Run.dataset_id,
                  Run.sweep_id, Run.trial_number)
 _ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
-           "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress}
+           "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress, "sweep": Run.sweep_id}
+# "sweep" groups: a sweep's trials together in trial order, newest sweep first, runs of no sweep after.
+_BY_SWEEP = (Run.sweep_id.is_(None), Run.sweep_id.desc(), Run.trial_number, Run.id.desc())
 
 
 def _iso(value: Optional[dt.datetime]) -> Optional[str]:
@@ -117,7 +119,10 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
         stmt = stmt.where(or_(*(func.lower(column).contains(text, autoescape=True)
                                 for column in (Run.name, Run.model, Run.task, Dataset.name)),
                               cast(Run.id, String) == search.strip()))
-    stmt = stmt.order_by(column.desc() if descending else column, Run.id.desc() if descending else Run.id)
+    if order_by.lstrip("-") == "sweep":
+        stmt = stmt.order_by(*_BY_SWEEP)
+    else:
+        stmt = stmt.order_by(column.desc() if descending else column, Run.id.desc() if descending else Run.id)
     with wb.db.session() as session:
         rows = session.execute(stmt.limit(limit).offset(offset)).mappings().all()
     return [_row_dict(row) for row in rows]

@@ -28,7 +28,7 @@ POLL_SECONDS = 2.0
 ALL = "all"
 STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled", "pruned")
 SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
-         "most progress": "-progress", "recently finished": "-finished_at"}
+         "most progress": "-progress", "recently finished": "-finished_at", "grouped by sweep": "sweep"}
 PER_CLASS_HEADERS = ["Class / entity / tag", "Precision", "Recall", "F1", "Support"]
 # Gold, predicted and score first: they are what a reader compares; the input is truncated last.
 ERROR_HEADERS = ["Gold", "Predicted", "Score", "Input"]
