@@ -1,6 +1,6 @@
 """Acceptance figures of the training engine with the packaged MiniLM, default hyper-parameters.
 
-    python bench/accuracy.py [--data /work/shared/data] [--only sms,trec,...]
+    python bench/accuracy.py [--data ../shared/data] [--only sms,trec,...]
 
 Each experiment goes through ``jobs.engine.run_training`` exactly as a user's run
 does; only the epochs (part of the acceptance protocol) are given. Results are

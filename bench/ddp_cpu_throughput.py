@@ -3,7 +3,7 @@
     python bench/ddp_cpu_throughput.py [--data TRAIN.csv --dev DEV.csv] [--rows 320] [--procs 2] [--repeat 1]
 
 The packaged MiniLM trains one epoch on the first ``--rows`` SMS messages
-(/work/shared/data), with the same global batch of 16: one process with batch
+(../shared/data), with the same global batch of 16: one process with batch
 16 and all cores, then N processes with batch 16/N and cores/N threads each.
 Reported per setting: the engine's samples/s (optimisation only: evaluation and
 checkpoints excluded), the run's wall time from submit to done (process start,

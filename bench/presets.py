@@ -1,6 +1,6 @@
 """Quick vs standard preset with the packaged MiniLM on the four shared datasets: main metric and wall time.
 
-    python bench/presets.py [--data /work/shared/data] [--only sms,trec,wnut,brown] [--presets quick,standard]
+    python bench/presets.py [--data ../shared/data] [--only sms,trec,wnut,brown] [--presets quick,standard]
 
 Each run goes through ``jobs.engine.run_training`` with nothing set but the preset,
 on the full training file of each set (SMS 4,460, TREC 4,362, WNUT-16 1,915, Brown

@@ -1,4 +1,4 @@
-"""Converters from the files in /work/shared/data to the normalized JSONL contract, for the benchmarks.
+"""Converters from the files in ../shared/data to the normalized JSONL contract, for the benchmarks.
 
 Self-contained so the benchmarks do not depend on the dataset store's import path.
 """
@@ -9,7 +9,8 @@ import json
 import random
 from pathlib import Path
 
-DEFAULT_DATA = Path("/work/shared/data")
+# ../shared/data beside the checkout, as the project is laid out for its developers.
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
 def write_jsonl(path: Path, records: list[dict]) -> str:

@@ -1,6 +1,6 @@
 """A 12-trial sweep (2 in parallel) on TREC-6 against the default run, with and without pruning.
 
-    python bench/sweep_trec.py [--data /work/shared/data] [--train 2000] [--dev 546] [--trials 12]
+    python bench/sweep_trec.py [--data ../shared/data] [--train 2000] [--dev 546] [--trials 12]
                                [--model small|minilm] [--epochs 1]
 
 Everything goes through the product: a temporary workbench (SQLite), the dataset
