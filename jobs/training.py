@@ -157,15 +157,22 @@ class ReporterCallback(TrainerCallback):
         self.reporter = reporter
         self.cancelled = False
 
-    def on_step_end(self, args, state, control, **kwargs):
-        self.reporter.progress(state.global_step, state.max_steps, float(state.epoch or 0.0))
-        # Rank 0 reads the cancel flag and every rank follows it at the same step: a rank that stopped
-        # alone would leave the others waiting in the next gradient all-reduce.
+    def _stop_requested(self, args) -> bool:
+        """Whether to stop here (a cancel, or a sweep's pruner); marks the run cancelled when so.
+
+        Rank 0 reads the flag and every rank follows it at the same point: a rank that stopped
+        alone would leave the others waiting in the next gradient all-reduce.
+        """
         stop = self.reporter.cancel_requested() if args.process_index == 0 else False
         if args.world_size > 1:
             stop = any_rank(stop, args.device)
         if stop:
             self.cancelled = True
+        return stop
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.reporter.progress(state.global_step, state.max_steps, float(state.epoch or 0.0))
+        if self._stop_requested(args):
             control.should_save = True
             control.should_training_stop = True
         return control
@@ -182,13 +189,9 @@ class ReporterCallback(TrainerCallback):
                   if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime", "_per_second"))}
         if values:
             self.reporter.metrics(state.global_step, state.epoch, values)
-        # A sweep's pruner answers right after an evaluation: stop now rather than after one more step.
-        # As in on_step_end, rank 0 decides and every rank follows (each rank evaluates, so each gets here).
-        stop = self.reporter.cancel_requested() if args.process_index == 0 else False
-        if args.world_size > 1:
-            stop = any_rank(stop, args.device)
-        if stop:
-            self.cancelled = True
+        # A sweep's pruner answers right after an evaluation: stop now rather than after one more step
+        # (each rank evaluates, so each gets here and follows rank 0).
+        if self._stop_requested(args):
             control.should_training_stop = True
         return control
 
