@@ -148,3 +148,9 @@ def test_runs_show_and_list_give_the_phase_and_the_estimate(cli, wb):
     code, out, _ = cli("runs", "show", str(run_id))
     assert "now:" not in out and "time: estimated 1m 30s – 2m 00s · took 5m 00s (3.0× the estimate)" in out
     assert json.loads(cli("runs", "show", str(run_id), "--json")[1])["estimate"]["seconds"] == 100.0
+
+
+def test_a_usage_mistake_is_one_message_without_a_traceback(cli):
+    code, out, err = cli("train", "--task", "text-classification", "--no-such-option")
+    assert code == 2 and "No such option: --no-such-option" in err
+    assert "Traceback" not in err + out

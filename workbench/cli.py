@@ -58,12 +58,13 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     try:
         code = app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except (click.exceptions.Exit, typer.Exit) as exc:
         code = exc.exit_code
-    except click.ClickException as exc:
+    except (click.ClickException, typer.TyperException) as exc:
+        # typer >= 0.29 raises its own copy of click's exceptions (an unknown option, a bad value), not click's.
         exc.show()
         code = exc.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         typer.echo("aborted", err=True)
         code = 130
     except WorkbenchError as exc:
