@@ -5,8 +5,8 @@
 ``output_dir`` receives ``model/`` (weights in safetensors, tokenizer, label maps;
 loadable by ``transformers.pipeline``), ``adapter/`` for LoRA runs,
 ``checkpoints/`` (resumed from automatically), ``metrics.json``, ``tables.json``,
-``predictions.jsonl`` and ``train.log``. Importing this module is cheap: torch and
-transformers load when a run starts.
+``predictions.jsonl``, ``train.log``, and ``heldout.npz`` when the spec names records to
+predict. Importing this module is cheap: torch and transformers load when a run starts.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from jobs.spec import RunSpec
 from workbench.errors import TrainingError
 
 log = logging.getLogger(__name__)
+HELDOUT_FILE = "heldout.npz"
 
 # byte-level BPE tokenizers (ModernBERT's is GPT-NeoX's) mark a word start with a space; pre-split words need it
 PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "longformer", "bart", "camembert", "gpt2", "deberta", "modernbert"}
@@ -213,8 +214,10 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     trainable, total_params = _count_parameters(model)
 
     checkpoints = output_dir / "checkpoints"
-    args = training_arguments(str(checkpoints), hp, device, len(prepared.train_dataset), prepared.main_metric,
-                              prepared.greater_is_better, prepared.label_names or ["labels"])
+    selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
+                            else ("loss", False))
+    args = training_arguments(str(checkpoints), hp, device, len(prepared.train_dataset), selected_by, greater,
+                              prepared.label_names or ["labels"])
     callback = ReporterCallback(reporter)
     callbacks = [callback]
     if hp["early_stopping_patience"]:
@@ -290,6 +293,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     else:
         evaluation = module.evaluate(prepared, trainer.predict(prepared.eval_dataset))
     final_eval_seconds = time.perf_counter() - final_started
+    heldout = _predict_heldout(module, spec, trainer, prepared) if spec.data.predict_path else None
     if _rank() != 0:
         # ... but only rank 0 writes the model and the outputs; the others hold the same weights
         log.info("rank %d of %d: done; rank 0 writes the model and the metrics", _rank(), processes)
@@ -326,8 +330,34 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     _write_outputs(output_dir, metrics, hp, evaluation)
+    if heldout is not None:
+        write_heldout(output_dir / HELDOUT_FILE, heldout)
     log.info("run finished: %s", json.dumps(evaluation.metrics))
     return metrics
+
+
+def _predict_heldout(module, spec: RunSpec, trainer, prepared) -> dict:
+    """Every class probability for the records of ``spec.data.predict_path`` (all ranks take part)."""
+    if not hasattr(module, "predict_heldout"):
+        raise TrainingError(f"held-out prediction is not available for {spec.task}",
+                            "audit a text-classification or token-classification dataset")
+    records = module.read(spec.data.predict_path)
+    log.info("predicting the %d held-out records of %s", len(records), spec.data.predict_path)
+    return module.predict_heldout(trainer, prepared, records)
+
+
+def write_heldout(path: Path, heldout: dict) -> None:
+    """``heldout.npz``: ``probs`` (float32, one row per record, or per word for tagging), the class
+    ``labels`` of its columns, and per row its ``record`` (line in the predict file) and ``word``
+    (-1 for classification). Written to a temporary name and renamed, so a reader sees all or nothing."""
+    import numpy as np
+
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, probs=np.asarray(heldout["probs"], dtype=np.float32),
+                        labels=np.asarray(heldout["labels"], dtype=str),
+                        record=np.asarray(heldout["record"], dtype=np.int64),
+                        word=np.asarray(heldout["word"], dtype=np.int64))
+    tmp.replace(path)
 
 
 def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:

@@ -116,5 +116,6 @@ def resolve_hyperparameters(spec, model_info, n_train: int) -> dict:
         "mlm_probability": train.mlm_probability,
         "objective": train.objective,
         "precision": train.precision,
+        "select_by": train.select_by,
         "lora": spec.lora.enabled,
     }

@@ -191,7 +191,9 @@ def _dataset_files(wb: Workbench, dataset_id: str) -> tuple[str, Optional[str]]:
 def resolve_spec(wb: Workbench, spec: RunSpec) -> tuple[RunSpec, Optional[Path]]:
     """Fill the data paths from the dataset store and find the parent model of a chained run."""
     data = spec.data
-    if data.dataset_id:
+    # A spec that names its own files reads them (an audit's fold: k-1 folds of the dataset), one
+    # that names only a dataset reads the dataset's.
+    if data.dataset_id and not data.train_path:
         train, validation = _dataset_files(wb, data.dataset_id)
         data = dataclasses.replace(data, train_path=train, validation_path=data.validation_path or validation)
     for path in (data.train_path, data.validation_path):

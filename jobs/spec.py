@@ -42,6 +42,9 @@ class DataSpec:
     train_path: str = ""
     validation_path: Optional[str] = None
     name: str = ""
+    # Records predicted after training, written with every class probability to heldout.npz: an
+    # audit's held-out fold (workbench.services.audits). Never trained on, never used to pick a checkpoint.
+    predict_path: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -70,6 +73,10 @@ class TrainSpec:
     mlm_probability: float = 0.15
     objective: str = "mlm"  # mlm | mlm+nsp (masked-lm task only)
     precision: str = "auto"  # auto | fp32 | fp16 | bf16
+    # Which checkpoint is kept: the best main metric, the lowest validation loss, or the last one.
+    # An audit's folds use "loss": a tie in accuracy (common on a small validation split) would keep
+    # the earliest, least confident checkpoint, and an audit needs well-fitted probabilities.
+    select_by: str = "metric"  # metric | loss | last
 
 
 @dataclasses.dataclass
@@ -94,6 +101,8 @@ class RunSpec:
             raise ConfigError(f"unknown objective {self.train.objective!r}; choose mlm or mlm+nsp")
         if self.train.objective == "mlm+nsp" and self.task != "masked-lm":
             raise ConfigError("the mlm+nsp objective belongs to the masked-lm task")
+        if self.train.select_by not in ("metric", "loss", "last"):
+            raise ConfigError(f"unknown select_by {self.train.select_by!r}; choose metric, loss or last")
         if self.procs is not None and (not isinstance(self.procs, int) or self.procs < 1):
             raise ConfigError(f"procs must be a whole number of processes, at least 1 (got {self.procs!r})")
 

@@ -259,6 +259,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
     eval_steps = hp["eval_steps"] or (min(per_epoch, total) if by_steps else None)
     strategy = "steps" if by_steps else "epoch"
     evaluating = evaluations_during_training(hp, per_epoch) > 0  # see there: a single epoch is evaluated once
+    selecting = evaluating and hp.get("select_by", "metric") != "last"
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=hp["batch_size"],
@@ -277,9 +278,9 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         eval_steps=eval_steps,
         save_steps=eval_steps,
         save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
-        load_best_model_at_end=evaluating,
-        metric_for_best_model=main_metric if evaluating else None,
-        greater_is_better=greater_is_better if evaluating else None,
+        load_best_model_at_end=selecting,
+        metric_for_best_model=main_metric if selecting else None,
+        greater_is_better=greater_is_better if selecting else None,
         logging_strategy="steps",
         logging_steps=max(1, min(25, total // 20)),
         seed=hp["seed"],

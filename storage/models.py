@@ -1,4 +1,5 @@
-"""SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds, sweeps.
+"""SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds, sweeps,
+label audits.
 
 The schema is created and upgraded only through the Alembic migrations in
 ``storage/migrations``; a change here needs a new revision there.
@@ -92,6 +93,10 @@ class Run(Base):
     sweep_id: Mapped[Optional[int]] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL",
                                                                name="fk_runs_sweep_id"), nullable=True)
     trial_number: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # A label audit's fold: the audit and the fold (0..k-1) whose held-out part this run predicts.
+    audit_id: Mapped[Optional[int]] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL",
+                                                               name="fk_runs_audit_id"), nullable=True)
+    fold: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
 
     dataset: Mapped[Optional[Dataset]] = relationship()
     points: Mapped[list["MetricPoint"]] = relationship(
@@ -104,6 +109,7 @@ class Run(Base):
         Index("ix_runs_created_at", "created_at"),
         # Two processes creating a run for the same trial: the second insert fails instead of doubling it.
         Index("ix_runs_sweep_trial", "sweep_id", "trial_number", unique=True),
+        Index("ix_runs_audit_fold", "audit_id", "fold", unique=True),
     )
 
 
@@ -185,3 +191,37 @@ class Sweep(Base):
     lock_until: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+
+class Audit(Base):
+    """A search for wrong labels in a dataset (``workbench.services.audits``): k fold runs, each
+    trained on k-1 folds and predicting the held-out one; the ranking is computed from their
+    ``heldout.npz`` once every fold has succeeded and kept in ``folder``. Its state follows from
+    its fold runs' states, so a retried fold or a crashed worker needs nothing here."""
+
+    __tablename__ = "audits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    dataset_id: Mapped[Optional[str]] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"),
+                                                      nullable=True, index=True)
+    task: Mapped[str] = mapped_column(String(40))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # folds, model, preset, seed, method
+    folder: Mapped[str] = mapped_column(Text)
+    # Filled when the ranking is written: issue count and examples audited (the rows are in folder).
+    summary: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+
+class AuditDecision(Base):
+    """What the user decided for one flagged example: keep, relabel (to ``label``) or drop.
+    One row per example, so two people marking different rows never overwrite each other."""
+
+    __tablename__ = "audit_decisions"
+
+    audit_id: Mapped[int] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), primary_key=True)
+    example: Mapped[str] = mapped_column(String(40), primary_key=True)  # "train:17", "validation:3"
+    action: Mapped[str] = mapped_column(String(16))
+    label: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)  # a class name, or a tag list
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)

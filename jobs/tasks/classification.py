@@ -131,6 +131,7 @@ def trainer_metrics(eval_pred, names: list[str], multi_label: bool) -> dict:
 def prediction_rows(records: Sequence[dict], logits: np.ndarray, names: list[str], multi_label: bool) -> list[dict]:
     """One row per validation record for error analysis."""
     predicted, probs = predict_labels(logits, multi_label)
+    label2id = {n: i for i, n in enumerate(names)}
     rows = []
     for record, pred, prob in zip(records, predicted, probs):
         if multi_label:
@@ -139,8 +140,11 @@ def prediction_rows(records: Sequence[dict], logits: np.ndarray, names: list[str
             row = {"gold": gold, "predicted": pred_names, "correct": sorted(pred_names) == gold,
                    "score": {names[i]: round(float(x), 4) for i, x in enumerate(prob)}}
         else:
+            gold_id = label2id.get(str(record["label"]))
             row = {"gold": str(record["label"]), "predicted": names[int(pred)],
-                   "correct": names[int(pred)] == str(record["label"]), "score": round(float(prob[int(pred)]), 4)}
+                   "correct": names[int(pred)] == str(record["label"]), "score": round(float(prob[int(pred)]), 4),
+                   # the probability of the given label: the Errors view ranks by it (jobs.label_issues)
+                   "gold_score": None if gold_id is None else round(float(prob[gold_id]), 4)}
         row = {"text": record["text"], **({"text_pair": record["text_pair"]} if record.get("text_pair") else {}), **row}
         rows.append(row)
     return rows
@@ -175,7 +179,7 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
         compute_metrics=functools.partial(trainer_metrics, names=names, multi_label=multi_label),
         main_metric=MAIN_METRIC, greater_is_better=True, labels=names,
         strata=None if multi_label else list(datasets_[0]["labels"]),
-        extra={"multi_label": multi_label, "class_weights": weights},
+        extra={"multi_label": multi_label, "class_weights": weights, "max_length": hp["max_length"]},
     )
 
 
@@ -194,6 +198,29 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
     multi = prepared.extra["multi_label"]
     metrics, tables = compute_metrics_arrays(logits, predictions.label_ids, prepared.labels, multi)
     return Evaluation(metrics, tables, prediction_rows(prepared.validation_records, logits, prepared.labels, multi))
+
+
+def predict_heldout(trainer, prepared: Prepared, records: list[dict]) -> dict:
+    """Every class probability for records the model never saw (an audit's held-out fold).
+
+    Their labels are not read: a held-out label may even be missing from this fold's training part.
+    """
+    from datasets import Dataset
+
+    if prepared.extra["multi_label"]:
+        raise TrainingError("finding suspicious labels needs single-label data",
+                            "audit a dataset with one label per example")
+    tokenizer = trainer.processing_class
+    use_tt = "token_type_ids" in prepared.train_dataset.column_names
+    pairs = [r.get("text_pair") for r in records]
+    encoded = tokenizer([r["text"] for r in records], pairs if any(p is not None for p in pairs) else None,
+                        truncation=True, max_length=prepared.extra["max_length"])
+    columns = ["input_ids", "attention_mask"] + (["token_type_ids"] if use_tt else [])
+    dataset = Dataset.from_dict({c: encoded[c] for c in columns})
+    output = trainer.predict(dataset)
+    logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    return {"probs": softmax(logits), "labels": list(prepared.labels), "record": list(range(len(records))),
+            "word": [-1] * len(records)}
 
 
 def weighted_loss(logits, labels, weights: Optional[list[float]]):

@@ -212,6 +212,7 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
     """Word-level metrics: predictions mapped back to words (first sub-token) and then to entities."""
     logits = predictions.predictions[0] if isinstance(predictions.predictions, tuple) else predictions.predictions
     names, tokenizer = prepared.labels, prepared.extra["tokenizer"]
+    label2id = {n: i for i, n in enumerate(names)}
     gold_all, pred_all, rows = [], [], []
     for index, record in enumerate(prepared.validation_records):
         encoded = tokenizer(record["tokens"], is_split_into_words=True, truncation=True,
@@ -227,13 +228,53 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
                 first_pos[w] = pos
         scores = [round(float(probs[first_pos[w]].max()), 4) if w in first_pos else 0.0
                   for w in range(len(record["tokens"]))]
+        # the probability of each given tag (None: cut off, or a tag training never saw), for the Errors view
+        gold_scores = [round(float(probs[first_pos[w], label2id[t]]), 4) if w in first_pos and t in label2id
+                       else None for w, t in enumerate(record["tags"])]
         gold_all.append(list(record["tags"]))
         pred_all.append(predicted)
         row = {"tokens": record["tokens"], "gold": record["tags"], "predicted": predicted,
-               "correct": predicted == list(record["tags"]), "score": scores}
+               "correct": predicted == list(record["tags"]), "score": scores, "gold_score": gold_scores}
         if prepared.extra["bio"]:
             row["gold_entities"] = entity_spans(record["tags"])
             row["predicted_entities"] = entity_spans(predicted)
         rows.append(row)
     metrics, tables = word_metrics(gold_all, pred_all, prepared.extra["bio"])
     return Evaluation(metrics, tables, rows)
+
+
+def first_subtokens(word_ids: Sequence[Optional[int]]) -> dict[int, int]:
+    """Word index → the position of its first sub-token (words cut off by truncation are absent)."""
+    first: dict[int, int] = {}
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in first:
+            first[word] = position
+    return first
+
+
+def predict_heldout(trainer, prepared: Prepared, records: list[dict]) -> dict:
+    """Every tag probability for each word (its first sub-token) of records the model never saw.
+
+    One row per word; a word cut off by the max length has no row. The given tags are not read.
+    """
+    from datasets import Dataset
+
+    tokenizer, max_length = prepared.extra["tokenizer"], prepared.extra["max_length"]
+    encoded = tokenizer([r["tokens"] for r in records], is_split_into_words=True, truncation=True,
+                        max_length=max_length)
+    columns = ["input_ids", "attention_mask"] + (
+        ["token_type_ids"] if "token_type_ids" in prepared.train_dataset.column_names else [])
+    output = trainer.predict(Dataset.from_dict({c: encoded[c] for c in columns}))
+    logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    probs, record_of, word_of = [], [], []
+    for index in range(len(records)):
+        first = first_subtokens(encoded.word_ids(index))
+        if not first:
+            continue
+        words = sorted(first)
+        probs.append(softmax(logits[index][[first[w] for w in words]]))
+        record_of.extend([index] * len(words))
+        word_of.extend(words)
+    n_tags = len(prepared.labels)
+    return {"probs": np.concatenate(probs) if probs else np.zeros((0, n_tags)), "labels": list(prepared.labels),
+            "record": record_of, "word": word_of}

@@ -1,4 +1,6 @@
-"""`workbench data validate|import|list|show|delete`. Thin: options in, a service call, output out.
+"""`workbench data validate|import|list|show|delete|audit|audit-show|audits`.
+
+Thin: options in, a service call, output out.
 
 Scripts depend on these names and on the JSON keys; errors are printed by ``workbench.cli.main``.
 """
@@ -140,3 +142,123 @@ def delete(dataset: str = typer.Argument(..., help="Dataset id, id prefix or nam
     """Delete a stored dataset (runs that used it keep their results)."""
     d = _with_workbench(service.delete_dataset, dataset)
     typer.echo(f"deleted {d.id} {d.name!r}")
+
+
+def _issue_lines(issues: list[dict], top: int) -> str:
+    if not issues:
+        return "no suspicious labels found"
+    lines = [f"{'rank':>4}  {'example':<16} {'given':<16} {'suggested':<16} {'conf.':>5}  text"]
+    for row in issues[:top]:
+        text = row.get("text") if "text" in row else " ".join(row.get("tokens") or [])
+        given, suggested = str(row["given"]), str(row["suggested"])
+        lines.append(f"{row['rank']:>4}  {row['example']:<16} {given[:16]:<16} {suggested[:16]:<16} "
+                     f"{row['confidence']:>5.2f}  {' '.join(str(text).split())[:80]}")
+    if len(issues) > top:
+        lines.append(f"... {len(issues) - top} more (--top N shows more, --json all of them)")
+    return "\n".join(lines)
+
+
+def _audit_text(record: dict, issues: list[dict] | None, top: int) -> str:
+    head = f"audit {record['id']} of {record.get('dataset') or record.get('dataset_id')}: {record['state']}, " \
+           f"{record['message']}"
+    folds = "\n".join(f"  fold {f['fold'] + 1}: run {f['run_id']} {f['status']}" for f in record["folds"])
+    return head + (f"\n{folds}" if folds and issues is None else "") + (
+        f"\n{_issue_lines(issues, top)}" if issues is not None else "")
+
+
+@data_app.command("audit")
+def audit(
+    dataset: str = typer.Argument(..., help="Dataset id, id prefix or name."),
+    folds: int = typer.Option(5, "--folds", help="Cross-validation folds: one training run each (2 to 20)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model of the fold runs (default: the packaged "
+                                                                 "MiniLM)."),
+    preset: str = typer.Option("quick", "--preset", help="quick, standard or thorough, for every fold run."),
+    seed: int = typer.Option(42, "--seed", help="Seed of the fold split and of the training."),
+    wait: bool = typer.Option(False, "--wait", help="Block until every fold has run, then print the ranking."),
+    top: int = typer.Option(20, "--top", help="Rows of the ranking printed (--json prints all)."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Find labels that are probably wrong: k-fold runs predict every example once, confident
+    learning ranks the disagreements. Prints the audit id (with --wait: the ranked issues)."""
+    from jobs.spec import DEFAULT_MODEL
+    from workbench.services import audits
+
+    with open_workbench() as wb:
+        audit_id = audits.create_audit(wb, dataset, folds=folds, model=model or DEFAULT_MODEL, preset=preset,
+                                       seed=seed)
+        record = audits.get_audit(wb, audit_id)
+        if not wait:
+            emit(record, as_json, f"{audit_id}")
+            if not as_json:
+                typer.echo(f"audit {audit_id}: {folds} fold runs queued "
+                           f"({', '.join(str(f['run_id']) for f in record['folds'])}); "
+                           f"`workbench data audit-show {audit_id}` shows the ranking when they are done", err=True)
+            return
+        record = _wait_for_audit(wb, audits, record)
+        issues = audits.audit_issues(wb, audit_id) if record["state"] == audits.FINISHED else None
+    emit({**record, "issues": issues}, as_json, _audit_text(record, issues, top))
+    if record["state"] != audits.FINISHED:
+        raise typer.Exit(1)
+
+
+def _wait_for_audit(wb, audits, record: dict) -> dict:
+    """Wait for the folds; with no worker alive, run them in this process so the command still completes."""
+    from jobs import queue
+    from jobs.worker import start_embedded_worker
+    from workbench.services import runs
+
+    recent = max(15.0, 3 * wb.settings.heartbeat_seconds)
+    fold_runs = [f["run_id"] for f in record["folds"]]
+    embedded = None
+    if queue.live_workers(wb.db, recent) == 0:
+        typer.echo(f"no worker has been seen in the last {recent:.0f} s; running the {len(fold_runs)} folds in "
+                   "this process", err=True)
+        embedded = start_embedded_worker(wb, max_jobs=1, only_runs=fold_runs)
+    seen = {"message": record["message"]}
+
+    def tell(current: dict) -> None:
+        if current["message"] != seen["message"]:
+            seen["message"] = current["message"]
+            typer.echo(f"audit {current['id']}: {current['message']}", err=True)
+
+    try:
+        return audits.wait_for_audit(wb, record["id"], on_poll=tell)
+    except KeyboardInterrupt:
+        for run_id in fold_runs:
+            runs.cancel_run(wb, run_id)
+        typer.echo(f"audit {record['id']}: cancel requested", err=True)
+        raise
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@data_app.command("audit-show")
+def audit_show(
+    audit_id: int = typer.Argument(..., help="The audit id (`workbench data audits` lists them)."),
+    top: int = typer.Option(20, "--top", help="Rows of the ranking printed (--json prints all)."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """An audit's state and, once it has finished, its ranked suspicious labels."""
+    from workbench.services import audits
+
+    with open_workbench() as wb:
+        record = audits.get_audit(wb, audit_id)
+        issues = audits.audit_issues(wb, audit_id) if record["state"] == audits.FINISHED else None
+    emit({**record, "issues": issues}, as_json, _audit_text(record, issues, top))
+
+
+@data_app.command("audits")
+def audits_(
+    dataset: Optional[str] = typer.Argument(None, help="Only the audits of this dataset (id, prefix or name)."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """List label audits, newest first."""
+    from workbench.services import audits
+
+    with open_workbench() as wb:
+        dataset_id = service.get_dataset(wb, dataset).id if dataset else None
+        rows = audits.list_audits(wb, dataset_id)
+    lines = [f"{a['id']:>4}  {a['state']:<9} {a['dataset'] or a['dataset_id'] or '(deleted)':<28} {a['message']}"
+             for a in rows]
+    emit(rows, as_json, "\n".join(lines) if lines else "no audits yet")

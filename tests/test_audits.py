@@ -1,0 +1,209 @@
+"""Label audits end to end: fold files, fold runs on the real engine with a tiny model, the ranking,
+decisions and the corrected copy (workbench.services.audits), and `workbench data audit`."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.engine import HELDOUT_FILE
+from storage.models import QUEUED
+from tests.tiny_models import classification_records, ner_records, tiny_bert, write_jsonl
+from workbench.errors import ConfigError, InvalidState, NotFound
+from workbench.services import audits, datasets
+
+# A tiny model from random weights, trained for long enough to be sure of the easy classes. It keeps
+# its last checkpoint: the 10-example validation split of a fold (noisy labels included) picks an
+# early, unsure one by loss and by accuracy alike.
+FAST = {"epochs": 20, "batch_size": 8, "learning_rate": 3e-3, "max_length": 16, "warmup_ratio": 0.0,
+        "select_by": "last"}
+# The packaged MiniLM (the audit's default model) knows "great" from "terrible" after a few steps.
+PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+_FILLERS = ("today", "again", "really", "with friends", "yesterday", "at home", "last night", "twice", "on tv",
+            "in paris", "honestly", "so far", "this week", "once more", "at last", "for sure")
+
+
+def _distinct(records: list[dict]) -> list[dict]:
+    """The import drops duplicate texts: give each record its own pair of neutral words (drawn at
+    random, so nothing about them goes with a label, flipped or not)."""
+    pairs = random.Random(7).sample([(a, b) for a in _FILLERS for b in _FILLERS], len(records))
+    for record, (a, b) in zip(records, pairs):
+        if "text" in record:
+            record["text"] = f"{record['text']} {a} {b}"
+        else:
+            extra = f"{a} {b}".split()
+            record["tokens"] = record["tokens"] + extra
+            record["tags"] = record["tags"] + ["O"] * len(extra)
+    return records
+
+
+def _flip(records: list[dict], every: int) -> list[int]:
+    """Flip the label of every ``every``-th record; returns their positions."""
+    flipped = list(range(3, len(records), every))
+    for i in flipped:
+        records[i]["label"] = "neg" if records[i]["label"] == "pos" else "pos"
+    return flipped
+
+
+def _import(wb, tmp_path: Path, records: list[dict], task="text-classification", fraction=0.0):
+    path = write_jsonl(tmp_path / f"{task}.jsonl", records)
+    return datasets.import_dataset(wb, path, task, name="noisy", validation_fraction=fraction, tokenizer=False)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_folds_predict_every_example_once_by_a_run_that_never_trained_on_it(wb, tmp_path):
+    dataset = _import(wb, tmp_path, _distinct(classification_records(50)), fraction=0.2)
+    audit_id = audits.create_audit(wb, dataset.id, folds=4, model="fake:succeed")
+    record = audits.get_audit(wb, audit_id)
+    assert record["state"] == audits.RUNNING and len(record["folds"]) == 4
+    assert all(f["status"] == QUEUED for f in record["folds"])
+    from workbench.services import runs
+
+    held_by: dict[str, int] = {}
+    for fold in record["folds"]:
+        spec = runs.get_run(wb, fold["run_id"])["spec"]
+        train = {r["_example"] for r in _lines(Path(spec["data"]["train_path"]))}
+        heldout = {r["_example"] for r in _lines(Path(spec["data"]["predict_path"]))}
+        assert spec["data"]["validation_path"] is None  # the checkpoint is picked on part of train, not heldout
+        assert not train & heldout
+        assert len(train) + len(heldout) == 50
+        for key in heldout:
+            assert key not in held_by
+            held_by[key] = fold["fold"]
+    assert len(held_by) == 50
+    assert {k.split(":")[0] for k in held_by} == {"train", "validation"}
+    # stratified: each fold holds about a quarter of each label
+    assert dataset.validation == 10
+
+
+def test_bad_audits_are_refused_before_anything_is_queued(wb, tmp_path):
+    dataset = _import(wb, tmp_path, _distinct(classification_records(10)))
+    with pytest.raises(ConfigError, match="too few"):
+        audits.create_audit(wb, dataset.id, folds=6)
+    with pytest.raises(ConfigError, match="from 2 to 20"):
+        audits.create_audit(wb, dataset.id, folds=1)
+    with pytest.raises(ConfigError, match="preset"):
+        audits.create_audit(wb, dataset.id, preset="fastest")
+    with pytest.raises(NotFound):
+        audits.create_audit(wb, "no-such-dataset")
+    multi = write_jsonl(tmp_path / "multi.jsonl", _distinct(classification_records(20, multi_label=True)))
+    multi_id = datasets.import_dataset(wb, multi, "text-classification", tokenizer=False).id
+    with pytest.raises(ConfigError, match="multi-label"):
+        audits.create_audit(wb, multi_id)
+    assert audits.list_audits(wb) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(wb, tmp_path):
+    from jobs.worker import start_embedded_worker
+
+    records = _distinct(classification_records(150))
+    flipped = _flip(records, 15)
+    dataset = _import(wb, tmp_path, records)
+    original = Path(dataset.path) / "train.jsonl"
+    before = hashlib.sha256(original.read_bytes()).hexdigest()
+    audit_id = audits.create_audit(wb, dataset.id, folds=3, train=PRETRAINED)
+    with pytest.raises(InvalidState, match="not finished"):
+        audits.audit_issues(wb, audit_id)
+    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
+    try:
+        record = audits.wait_for_audit(wb, audit_id, timeout=540)
+    finally:
+        worker.stop()
+    assert record["state"] == audits.FINISHED, record
+    # each fold's run wrote a probability for every held-out example, rows summing to 1
+    from workbench.services import runs
+
+    for fold in record["folds"]:
+        out = runs.get_run(wb, fold["run_id"])["output_dir"]
+        held = _lines(Path(runs.get_run(wb, fold["run_id"])["spec"]["data"]["predict_path"]))
+        with np.load(Path(out) / HELDOUT_FILE) as data:
+            assert data["probs"].shape == (len(held), 2)
+            assert np.allclose(data["probs"].sum(axis=1), 1.0, atol=1e-4)
+    issues = audits.audit_issues(wb, audit_id)
+    found = {int(row["example"].split(":")[1]) for row in issues}
+    assert set(flipped) <= found, (flipped, [(r["example"], r["quality"]) for r in issues])
+    assert len(found) <= len(flipped) + 2, [(r["example"], r["quality"], r["confidence"]) for r in issues]
+    assert [row["rank"] for row in issues] == list(range(1, len(issues) + 1))
+    assert [row["quality"] for row in issues] == sorted(row["quality"] for row in issues)
+    first = issues[0]
+    assert first["suggested"] != first["given"] and 0.5 <= first["confidence"] <= 1.0
+
+    # decisions: relabel the flipped ones, drop one, keep the rest
+    keys = {int(r["example"].split(":")[1]): r["example"] for r in issues}
+    relabel = [keys[i] for i in flipped[1:]]
+    audits.set_decisions(wb, audit_id, relabel, audits.RELABEL)
+    audits.set_decisions(wb, audit_id, [keys[flipped[0]]], audits.DROP)
+    with pytest.raises(ConfigError, match="not one of"):
+        audits.set_decisions(wb, audit_id, relabel, audits.RELABEL, label="maybe")
+    with pytest.raises(NotFound, match="did not flag"):
+        audits.set_decisions(wb, audit_id, ["train:0"], audits.DROP)
+    saved = audits.save_corrected(wb, audit_id)
+    assert saved["id"] != dataset.id and saved["counts"] == {"keep": 0, "relabel": len(flipped) - 1, "drop": 1}
+    corrected = _lines(Path(saved["path"]) / "train.jsonl")
+    assert len(corrected) == 149
+    clean = _distinct(classification_records(150))
+    assert [r["label"] for r in corrected] == [r["label"] for i, r in enumerate(clean) if i != flipped[0]]
+    assert "_example" not in corrected[0]
+    assert hashlib.sha256(original.read_bytes()).hexdigest() == before  # the original never changes
+    assert datasets.get_dataset(wb, dataset.id).train == 150
+    # the decisions are kept: a second look shows them, and the same save finds the same dataset
+    marked = {r["example"]: r["decision"] for r in audits.audit_issues(wb, audit_id)}
+    assert marked[keys[flipped[0]]] == audits.DROP and marked[relabel[0]] == audits.RELABEL
+    assert audits.save_corrected(wb, audit_id)["id"] == saved["id"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
+    # Names that are also everyday words are less sure: as in real data, the mean confidence of a tag
+    # (its threshold) then sits below that of its typical words, a flipped one included.
+    words = ("will", "may", "june", "rose", "mark", "grace")  # names that are also everyday words
+    rare = [{"tokens": ["we", "met", w, "there"], "tags": ["O", "O", "B-PER", "O"]} for w in words for _ in range(2)]
+    rare += [{"tokens": ["the", w, "of", "it"], "tags": ["O", "O", "O", "O"]} for w in words for _ in range(2)]
+    records = _distinct(ner_records(60) + rare)
+    flipped = [5, 17, 33, 48]
+    for i in flipped:
+        records[i]["tags"][0] = "O"  # a name tagged as no entity
+    dataset = _import(wb, tmp_path, records, task="token-classification")
+    audit_id = audits.create_audit(wb, dataset.id, folds=2, train={**PRETRAINED, "epochs": 8})
+    code, out, err = cli("data", "audit-show", str(audit_id), "--json")
+    assert code == 0 and json.loads(out)["state"] == audits.RUNNING and json.loads(out)["issues"] is None
+    from jobs.worker import start_embedded_worker
+
+    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
+    try:
+        record = audits.wait_for_audit(wb, audit_id, timeout=540)
+    finally:
+        worker.stop()
+    assert record["state"] == audits.FINISHED, record
+    issues = audits.audit_issues(wb, audit_id)
+    by_position = {row["position"]: row for row in issues}
+    assert set(flipped) <= set(by_position), [(r["example"], r["given"], r["suggested"]) for r in issues]
+    row = by_position[flipped[0]]
+    assert row["words"][0]["word"] == 0 and row["words"][0]["given"] == "O"
+    assert row["words"][0]["suggested"] == "B-PER"
+    audits.set_decisions(wb, audit_id, [by_position[i]["example"] for i in flipped], audits.RELABEL)
+    saved = audits.save_corrected(wb, audit_id)
+    corrected = _lines(Path(saved["path"]) / "train.jsonl")
+    assert [corrected[i]["tags"][0] for i in flipped] == ["B-PER"] * len(flipped)
+    code, out, _ = cli("data", "audit-show", str(audit_id), "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["state"] == audits.FINISHED and len(shown["issues"]) == len(issues)
+    code, out, _ = cli("data", "audits")
+    assert code == 0 and f"{audit_id}  finished" in out.replace("   ", " ").replace("  finished", "  finished")
