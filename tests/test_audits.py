@@ -207,3 +207,43 @@ def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
     assert code == 0 and shown["state"] == audits.FINISHED and len(shown["issues"]) == len(issues)
     code, out, _ = cli("data", "audits")
     assert code == 0 and f"{audit_id}  finished" in out.replace("   ", " ").replace("  finished", "  finished")
+
+
+def test_the_errors_view_ranks_wrong_predictions_by_the_given_labels_probability(tmp_path):
+    from jobs.tasks.classification import prediction_rows
+    from workbench.services.runs import read_run_errors
+    from workbench.ui.runs_tab import error_rows
+
+    names = ["ham", "spam"]
+    logits = np.log(np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.05, 0.95], [0.4, 0.6], [0.1, 0.9]]))
+    records = [{"text": f"m{i}", "label": label} for i, label in enumerate(["ham", "ham", "ham", "ham", "spam", "spam"])]
+    rows = prediction_rows(records, logits, names, False)
+    assert [r["gold_score"] for r in rows] == pytest.approx([0.9, 0.8, 0.3, 0.05, 0.6, 0.9])
+    old = {"text": "old run", "gold": "ham", "predicted": "spam", "score": 0.99, "correct": False}
+    write_jsonl(tmp_path / "predictions.jsonl", [old, *rows])
+    ranked = read_run_errors(tmp_path)
+    # wrong: m2 (p(ham) 0.3) and m3 (0.05); thresholds: ham (0.9+0.8+0.3+0.05)/4 = 0.51, spam 0.75
+    assert [r["text"] for r in ranked] == ["m3", "m2", "old run"]
+    assert [r["suspicious"] for r in ranked[:2]] == [True, False]  # p(spam) 0.95 ≥ 0.75; 0.7 is not
+    assert "label_quality" not in ranked[2]
+    shown = error_rows(ranked)
+    assert shown[0][3] == "0.0500 ⚑ suspicious label" and shown[1][3] == "0.3000" and shown[2][3] == "—"
+    assert read_run_errors(tmp_path, limit=1)[0]["text"] == "m3"
+
+
+def test_the_errors_view_ranks_tagged_sentences_by_their_worst_wrong_word(tmp_path):
+    from workbench.services.runs import read_run_errors
+
+    rows = [
+        {"tokens": ["Ann", "ran"], "gold": ["B-PER", "O"], "predicted": ["B-PER", "O"], "correct": True,
+         "score": [0.9, 0.99], "gold_score": [0.9, 0.99]},
+        {"tokens": ["Bo", "sat"], "gold": ["O", "O"], "predicted": ["B-PER", "O"], "correct": False,
+         "score": [0.95, 0.99], "gold_score": [0.03, 0.99]},
+        {"tokens": ["it", "rained"], "gold": ["B-PER", "O"], "predicted": ["O", "O"], "correct": False,
+         "score": [0.6, 0.99], "gold_score": [0.4, 0.99]},
+    ]
+    write_jsonl(tmp_path / "predictions.jsonl", rows)
+    ranked = read_run_errors(tmp_path)
+    # thresholds: B-PER (0.9 + 0.4) / 2 = 0.65, O (0.99 + 0.03 + 0.99 + 0.99) / 4 = 0.75
+    assert [(r["tokens"][0], r["label_quality"], r["suspicious"]) for r in ranked] == [
+        ("Bo", 0.03, True), ("it", 0.4, False)]

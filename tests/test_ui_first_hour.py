@@ -45,8 +45,8 @@ def test_error_rows_put_gold_predicted_score_first_and_truncate_the_input():
     long_text = "word " * 200
     (row,) = runs_tab.error_rows([{"text": long_text, "gold": "pos", "predicted": "neg", "score": 0.7,
                                    "correct": False}])
-    assert row[:3] == ["pos", "neg", "0.7000"]
-    assert len(row[3]) == runs_tab.ERROR_INPUT_CHARS and row[3].endswith("…")
+    assert row[:4] == ["pos", "neg", "0.7000", "—"]  # no label quality recorded: older runs
+    assert len(row[4]) == runs_tab.ERROR_INPUT_CHARS and row[4].endswith("…")
     assert runs_tab.ERROR_HEADERS[:3] == ["Gold", "Predicted", "Score"]
 
 

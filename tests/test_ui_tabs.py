@@ -54,7 +54,7 @@ def test_run_view_reads_curves_tables_errors_and_skips_when_unchanged(wb, tmp_pa
     assert list(view.metrics_curves["curve"]) == ["eval/accuracy"]
     assert view.per_class[1][:4] == ["spam", "1", "0.5000", "0.6700"]
     assert "gold \\ predicted" in view.confusion
-    assert view.errors == [["spam", "ham", "0.6000", "win a prize"]]  # gold, predicted, score, then the input
+    assert view.errors == [["spam", "ham", "0.6000", "—", "win a prize"]]  # gold, predicted, score, quality, input
     assert "data-status='succeeded'" in view.header and ["accuracy", "0.9000"] in view.final_metrics
     assert runs_tab.run_view(wb, run_id, view.key) is None
 
@@ -119,8 +119,8 @@ def test_error_rows_for_tagging_list_only_the_wrong_words():
          "correct": False, "score": [0.4, 0.9, 0.9]},
         {"question": "Where?", "context": "In Paris.", "gold": ["Paris"], "predicted": "In", "correct": False,
          "score": 0.3}])
-    assert rows[0] == ["Paris: B-LOC", "Paris: O", "—", "Paris is nice"]
-    assert rows[1] == ['["Paris"]', "In", "0.3000", "Where? ‖ In Paris."]
+    assert rows[0] == ["Paris: B-LOC", "Paris: O", "—", "—", "Paris is nice"]
+    assert rows[1] == ['["Paris"]', "In", "0.3000", "—", "Where? ‖ In Paris."]
     assert runs_tab.per_class_rows({"per_entity": [{"entity": "LOC", "precision": 1, "recall": 0.5, "f1": 0.667,
                                                     "support": 2}]})[0][0] == "LOC"
 

@@ -197,7 +197,7 @@ def test_errors_tab_shows_gold_predicted_and_score_first(server, page):
     headers = page.locator("#run-errors thead th")
     headers.first.wait_for()
     names = [t.strip() for t in headers.all_inner_texts()]
-    assert names[:4] == ["Gold", "Predicted", "Score", "Input"], names
+    assert names[:5] == ["Gold", "Predicted", "Score", "Label quality", "Input"], names
     score = page.locator("#run-errors thead th", has_text="Score").first.bounding_box()
     assert score["x"] + score["width"] <= 1360  # on screen at the page's width, not beyond 1,300 px
     wait_text(page, "#run-errors", "ham")

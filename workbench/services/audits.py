@@ -348,8 +348,11 @@ def _rank(wb: Workbench, audit_id: int) -> None:
     tmp = folder / (ISSUES_FILE + ".tmp")
     tmp.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
     tmp.replace(folder / ISSUES_FILE)
+    # How good the fold models were on what they never saw: suggestions of a weak model are guesses.
+    held_out_accuracy = float((oos["probs"].argmax(axis=1) == oos["given"]).mean()) if len(oos["given"]) else 0.0
     summary = {"issues": len(rows), "examples": len(oos["records"]), "labels": oos["labels"],
-               "method": method, "words": int(len(oos["probs"])) if oos["task"] == "token-classification" else None}
+               "method": method, "words": int(len(oos["probs"])) if oos["task"] == "token-classification" else None,
+               "held_out_accuracy": round(held_out_accuracy, 4)}
     with wb.db.session() as session:
         audit = _require(session, audit_id)
         if audit.summary is None:

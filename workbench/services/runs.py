@@ -288,19 +288,68 @@ def read_run_hyperparameters(output_dir: str | Path | None) -> dict[str, Any]:
 
 
 def read_run_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, Any]]:
-    """The first ``limit`` wrong validation predictions from ``predictions.jsonl``, read as a stream."""
+    """The wrong validation predictions of ``predictions.jsonl``, likeliest wrong label first.
+
+    Each row gets ``label_quality``: the model's probability for the given label (for a tagged
+    sentence, the lowest over its wrongly predicted words); rows are sorted by it, lowest first,
+    the way a label audit ranks (``jobs.label_issues``). ``suspicious`` is confident learning's
+    verdict: the predicted label reaches its class threshold, the mean probability the model gives
+    that class on the validation examples labelled with it. Runs trained before the given label's
+    probability was recorded (and QA, multi-label) keep file order, without either field.
+    """
     path = Path(output_dir) / "predictions.jsonl"
-    wrong: list[dict[str, Any]] = []
     if not path.is_file():
-        return wrong
+        return []
+    wrong: list[dict[str, Any]] = []
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and not record.get("correct", True):
+            if not isinstance(record, dict):
+                continue
+            for gold, score in _gold_scores(record):
+                sums[gold] = sums.get(gold, 0.0) + score
+                counts[gold] = counts.get(gold, 0) + 1
+            if not record.get("correct", True) and len(wrong) < MAX_ERRORS_RANKED:
                 wrong.append(record)
-                if len(wrong) >= limit:
-                    break
-    return wrong
+    thresholds = {label: sums[label] / counts[label] for label in counts}
+    for record in wrong:
+        _mark_quality(record, thresholds)
+    scored = sorted((r for r in wrong if r.get("label_quality") is not None), key=lambda r: r["label_quality"])
+    return (scored + [r for r in wrong if r.get("label_quality") is None])[:limit]
+
+
+# Wrong predictions read for the ranking; beyond this (a huge validation set) the rest are not ranked.
+MAX_ERRORS_RANKED = 50_000
+
+
+def _gold_scores(record: dict[str, Any]):
+    """(given label, its predicted probability) of a row's labels: one per record, or per word."""
+    gold, scores = record.get("gold"), record.get("gold_score")
+    if isinstance(gold, str) and isinstance(scores, (int, float)):
+        yield gold, float(scores)
+    elif isinstance(gold, list) and isinstance(scores, list) and record.get("tokens") is not None:
+        for tag, score in zip(gold, scores):
+            if isinstance(score, (int, float)):
+                yield str(tag), float(score)
+
+
+def _mark_quality(record: dict[str, Any], thresholds: Mapping[str, float]) -> None:
+    gold, predicted, scores, score = (record.get("gold"), record.get("predicted"), record.get("gold_score"),
+                                      record.get("score"))
+    if isinstance(gold, str) and isinstance(scores, (int, float)) and isinstance(score, (int, float)):
+        record["label_quality"] = float(scores)
+        record["suspicious"] = float(score) >= thresholds.get(str(predicted), float("inf"))
+    elif isinstance(gold, list) and isinstance(scores, list) and isinstance(predicted, list) \
+            and isinstance(score, list):
+        words = [i for i, (g, p) in enumerate(zip(gold, predicted))
+                 if g != p and i < len(scores) and isinstance(scores[i], (int, float))]
+        if words:
+            record["label_quality"] = min(float(scores[i]) for i in words)
+            record["suspicious"] = any(i < len(score) and float(score[i]) >= thresholds.get(str(predicted[i]),
+                                                                                            float("inf"))
+                                       for i in words)

@@ -31,7 +31,7 @@ SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": 
          "most progress": "-progress", "recently finished": "-finished_at", "grouped by sweep": "sweep"}
 PER_CLASS_HEADERS = ["Class / entity / tag", "Precision", "Recall", "F1", "Support"]
 # Gold, predicted and score first: they are what a reader compares; the input is truncated last.
-ERROR_HEADERS = ["Gold", "Predicted", "Score", "Input"]
+ERROR_HEADERS = ["Gold", "Predicted", "Score", "Label quality", "Input"]
 ERROR_INPUT_CHARS = 160
 EMPTY_STATE = ("<div id='run-empty' class='wb-muted'><b>No run selected.</b> Click a row in the table to open a "
                "run: its curves, log, metrics, errors and spec appear here.</div>")
@@ -178,8 +178,11 @@ def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list
                 text = f"{text} ‖ {p['text_pair']}"
         if isinstance(score, dict):  # multi-label: the probability of each label
             score = max(score.values()) if score else None
+        quality = p.get("label_quality")
+        quality = (fmt.format_metric(quality) + (" ⚑ suspicious label" if p.get("suspicious") else "")
+                   if isinstance(quality, (int, float)) else fmt.MISSING)
         rows.append([fmt.short_value(gold, 200), fmt.short_value(predicted, 200),
-                     fmt.format_metric(score) if isinstance(score, (int, float)) else fmt.MISSING,
+                     fmt.format_metric(score) if isinstance(score, (int, float)) else fmt.MISSING, quality,
                      fmt.short_value(text, ERROR_INPUT_CHARS)])
         if len(rows) >= limit:
             break
@@ -381,10 +384,14 @@ def build(wb) -> RunsTab:
                                      elem_id="run-per-class")
             confusion = gr.HTML(label="Confusion matrix", elem_id="run-confusion")
         with gr.Tab("Errors", id="errors"):
-            gr.Markdown("Validation examples the model got wrong: gold vs predicted, then the input (shortened; "
-                        "the full records are in the run's predictions.jsonl).", elem_classes="wb-muted")
+            gr.Markdown("Validation examples the model got wrong, likeliest wrong label first: **label quality** "
+                        "is the model's probability for the given label. ⚑ marks a label confident learning "
+                        "calls suspicious (the prediction is as sure as the model usually is of that class): "
+                        "check the data before the model. Inputs are shortened; the full records are in the "
+                        "run's predictions.jsonl. The Data tab's *Find suspicious labels* checks every example.",
+                        elem_classes="wb-muted")
             errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420,
-                                  elem_id="run-errors", column_widths=["16%", "16%", "8%", "60%"])
+                                  elem_id="run-errors", column_widths=["14%", "14%", "7%", "15%", "50%"])
         with gr.Tab("Spec", id="spec"):
             spec = gr.Code(language="json", interactive=False)
         if playgrounds is not None:
