@@ -1,10 +1,9 @@
-"""Label audits end to end: fold files, fold runs on the real engine with a tiny model, the ranking,
+"""Label audits end to end: fold files, fold runs on the real engine with the packaged MiniLM, the ranking,
 decisions and the corrected copy (workbench.services.audits), and `workbench data audit`."""
 from __future__ import annotations
 
 import hashlib
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -12,40 +11,12 @@ import pytest
 
 from jobs.engine import HELDOUT_FILE
 from storage.models import QUEUED
-from tests.tiny_models import classification_records, ner_records, tiny_bert, write_jsonl
+from tests.tiny_models import classification_records, distinct, ner_records, write_jsonl
 from workbench.errors import ConfigError, InvalidState, NotFound
 from workbench.services import audits, datasets
 
-# A tiny model from random weights, trained for long enough to be sure of the easy classes. It keeps
-# its last checkpoint: the 10-example validation split of a fold (noisy labels included) picks an
-# early, unsure one by loss and by accuracy alike.
-FAST = {"epochs": 20, "batch_size": 8, "learning_rate": 3e-3, "max_length": 16, "warmup_ratio": 0.0,
-        "select_by": "last"}
 # The packaged MiniLM (the audit's default model) knows "great" from "terrible" after a few steps.
 PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last"}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
-
-
-_FILLERS = ("today", "again", "really", "with friends", "yesterday", "at home", "last night", "twice", "on tv",
-            "in paris", "honestly", "so far", "this week", "once more", "at last", "for sure")
-
-
-def _distinct(records: list[dict]) -> list[dict]:
-    """The import drops duplicate texts: give each record its own pair of neutral words (drawn at
-    random, so nothing about them goes with a label, flipped or not)."""
-    pairs = random.Random(7).sample([(a, b) for a in _FILLERS for b in _FILLERS], len(records))
-    for record, (a, b) in zip(records, pairs):
-        if "text" in record:
-            record["text"] = f"{record['text']} {a} {b}"
-        else:
-            extra = f"{a} {b}".split()
-            record["tokens"] = record["tokens"] + extra
-            record["tags"] = record["tags"] + ["O"] * len(extra)
-    return records
 
 
 def _flip(records: list[dict], every: int) -> list[int]:
@@ -61,12 +32,25 @@ def _import(wb, tmp_path: Path, records: list[dict], task="text-classification",
     return datasets.import_dataset(wb, path, task, name="noisy", validation_fraction=fraction, tokenizer=False)
 
 
+def _finish(wb, audit_id: int) -> dict:
+    """Run the audit's folds on a worker thread of this process until the audit has finished."""
+    from jobs.worker import start_embedded_worker
+
+    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
+    try:
+        record = audits.wait_for_audit(wb, audit_id, timeout=540)
+    finally:
+        worker.stop()
+    assert record["state"] == audits.FINISHED, record
+    return record
+
+
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_folds_predict_every_example_once_by_a_run_that_never_trained_on_it(wb, tmp_path):
-    dataset = _import(wb, tmp_path, _distinct(classification_records(50)), fraction=0.2)
+    dataset = _import(wb, tmp_path, distinct(classification_records(50)), fraction=0.2)
     audit_id = audits.create_audit(wb, dataset.id, folds=4, model="fake:succeed")
     record = audits.get_audit(wb, audit_id)
     assert record["state"] == audits.RUNNING and len(record["folds"]) == 4
@@ -91,7 +75,7 @@ def test_folds_predict_every_example_once_by_a_run_that_never_trained_on_it(wb, 
 
 
 def test_bad_audits_are_refused_before_anything_is_queued(wb, tmp_path):
-    dataset = _import(wb, tmp_path, _distinct(classification_records(10)))
+    dataset = _import(wb, tmp_path, distinct(classification_records(10)))
     with pytest.raises(ConfigError, match="too few"):
         audits.create_audit(wb, dataset.id, folds=6)
     with pytest.raises(ConfigError, match="from 2 to 20"):
@@ -100,7 +84,7 @@ def test_bad_audits_are_refused_before_anything_is_queued(wb, tmp_path):
         audits.create_audit(wb, dataset.id, preset="fastest")
     with pytest.raises(NotFound):
         audits.create_audit(wb, "no-such-dataset")
-    multi = write_jsonl(tmp_path / "multi.jsonl", _distinct(classification_records(20, multi_label=True)))
+    multi = write_jsonl(tmp_path / "multi.jsonl", distinct(classification_records(20, multi_label=True)))
     multi_id = datasets.import_dataset(wb, multi, "text-classification", tokenizer=False).id
     with pytest.raises(ConfigError, match="multi-label"):
         audits.create_audit(wb, multi_id)
@@ -110,9 +94,7 @@ def test_bad_audits_are_refused_before_anything_is_queued(wb, tmp_path):
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(wb, tmp_path):
-    from jobs.worker import start_embedded_worker
-
-    records = _distinct(classification_records(150))
+    records = distinct(classification_records(150))
     flipped = _flip(records, 15)
     dataset = _import(wb, tmp_path, records)
     original = Path(dataset.path) / "train.jsonl"
@@ -120,12 +102,7 @@ def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(wb, tmp_path):
     audit_id = audits.create_audit(wb, dataset.id, folds=3, train=PRETRAINED)
     with pytest.raises(InvalidState, match="not finished"):
         audits.audit_issues(wb, audit_id)
-    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
-    try:
-        record = audits.wait_for_audit(wb, audit_id, timeout=540)
-    finally:
-        worker.stop()
-    assert record["state"] == audits.FINISHED, record
+    record = _finish(wb, audit_id)
     # each fold's run wrote a probability for every held-out example, rows summing to 1
     from workbench.services import runs
 
@@ -157,7 +134,7 @@ def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(wb, tmp_path):
     assert saved["id"] != dataset.id and saved["counts"] == {"keep": 0, "relabel": len(flipped) - 1, "drop": 1}
     corrected = _lines(Path(saved["path"]) / "train.jsonl")
     assert len(corrected) == 149
-    clean = _distinct(classification_records(150))
+    clean = distinct(classification_records(150))
     assert [r["label"] for r in corrected] == [r["label"] for i, r in enumerate(clean) if i != flipped[0]]
     assert "_example" not in corrected[0]
     assert hashlib.sha256(original.read_bytes()).hexdigest() == before  # the original never changes
@@ -176,7 +153,7 @@ def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
     words = ("will", "may", "june", "rose", "mark", "grace")  # names that are also everyday words
     rare = [{"tokens": ["we", "met", w, "there"], "tags": ["O", "O", "B-PER", "O"]} for w in words for _ in range(2)]
     rare += [{"tokens": ["the", w, "of", "it"], "tags": ["O", "O", "O", "O"]} for w in words for _ in range(2)]
-    records = _distinct(ner_records(60) + rare)
+    records = distinct(ner_records(60) + rare)
     flipped = [5, 17, 33, 48]
     for i in flipped:
         records[i]["tags"][0] = "O"  # a name tagged as no entity
@@ -184,14 +161,7 @@ def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
     audit_id = audits.create_audit(wb, dataset.id, folds=2, train={**PRETRAINED, "epochs": 8})
     code, out, err = cli("data", "audit-show", str(audit_id), "--json")
     assert code == 0 and json.loads(out)["state"] == audits.RUNNING and json.loads(out)["issues"] is None
-    from jobs.worker import start_embedded_worker
-
-    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
-    try:
-        record = audits.wait_for_audit(wb, audit_id, timeout=540)
-    finally:
-        worker.stop()
-    assert record["state"] == audits.FINISHED, record
+    record = _finish(wb, audit_id)
     issues = audits.audit_issues(wb, audit_id)
     by_position = {row["position"]: row for row in issues}
     assert set(flipped) <= set(by_position), [(r["example"], r["given"], r["suggested"]) for r in issues]
@@ -247,3 +217,82 @@ def test_the_errors_view_ranks_tagged_sentences_by_their_worst_wrong_word(tmp_pa
     # thresholds: B-PER (0.9 + 0.4) / 2 = 0.65, O (0.99 + 0.03 + 0.99 + 0.99) / 4 = 0.75
     assert [(r["tokens"][0], r["label_quality"], r["suspicious"]) for r in ranked] == [
         ("Bo", 0.03, True), ("it", 0.4, False)]
+
+
+def test_cli_audit_queues_the_folds_and_refuses_bad_input(wb, tmp_path, cli):
+    dataset = _import(wb, tmp_path, distinct(classification_records(30)))
+    code, out, err = cli("data", "audit", dataset.name, "--folds", "3", "--model", "fake:succeed", "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["state"] == audits.RUNNING and [f["fold"] for f in record["folds"]] == [0, 1, 2]
+    assert record["spec"]["folds"] == 3 and record["spec"]["model"] == "fake:succeed"
+    code, out, err = cli("data", "audit", dataset.id, "--folds", "2", "--model", "fake:succeed")
+    assert code == 0 and out.strip() == str(record["id"] + 1) and "2 fold runs queued" in err
+    code, out, _ = cli("data", "audits", dataset.id)
+    assert code == 0 and out.count("running") == 2 and "0 of 3 folds done" in out
+    code, _, err = cli("data", "audit", dataset.id, "--folds", "40")
+    assert code == 2 and "from 2 to 20" in err and "Traceback" not in err
+    code, _, err = cli("data", "audit", "nope")
+    assert code == 3 and "no dataset 'nope'" in err
+    code, _, err = cli("data", "audit-show", "999")
+    assert code == 3 and "audit 999 does not exist" in err
+
+
+def test_a_stopped_fold_stops_the_audit_until_it_is_retried(wb, tmp_path):
+    from jobs import queue
+    from workbench.services import runs
+
+    dataset = _import(wb, tmp_path, distinct(classification_records(20)))
+    audit_id = audits.create_audit(wb, dataset.id, folds=2, model="fake:succeed")
+    record = audits.cancel_audit(wb, audit_id)
+    assert record["state"] == audits.STOPPED and "retry the stopped folds" in record["message"]
+    assert [f["status"] for f in record["folds"]] == ["cancelled", "cancelled"]
+    with pytest.raises(InvalidState, match="not finished"):
+        audits.save_corrected(wb, audit_id)
+    record = audits.retry_audit(wb, audit_id)
+    assert record["state"] == audits.RUNNING and {f["status"] for f in record["folds"]} == {QUEUED}
+    with pytest.raises(InvalidState, match="no failed or cancelled fold"):
+        audits.retry_audit(wb, audit_id)
+    # a deleted fold run cannot come back: the audit says to start a new one
+    queue.request_cancel(wb.db, record["folds"][0]["run_id"])
+    runs.delete_run(wb, record["folds"][0]["run_id"])
+    assert "were deleted" in audits.get_audit(wb, audit_id)["message"]
+
+
+@pytest.mark.timeout(300)
+def test_cli_audit_wait_runs_the_folds_here_and_says_why_it_stopped(wb, tmp_path, cli):
+    dataset = _import(wb, tmp_path, distinct(classification_records(20)))
+    # "fake:succeed" is no model the real engine knows: both folds fail, the audit stops.
+    code, out, err = cli("data", "audit", dataset.id, "--folds", "2", "--model", "fake:succeed", "--wait")
+    assert code == 1
+    assert "running the 2 folds in this process" in err
+    assert "stopped" in out and "retry the stopped folds" in out and "Traceback" not in out + err
+
+
+def test_the_panel_filters_rows_and_refuses_forged_audit_ids():
+    import gradio as gr
+
+    from workbench.ui import audit_panel as panel
+
+    rows = [{"rank": 1, "example": "train:4", "text": "win cash", "given": "ham", "suggested": "spam",
+             "confidence": 0.97, "quality": 0.02, "fold": 0, "decision": None, "new_label": None},
+            {"rank": 2, "example": "validation:1", "text": "see you", "given": "spam", "suggested": "ham",
+             "confidence": 0.6, "quality": 0.3, "fold": 2, "decision": audits.RELABEL, "new_label": "ham"}]
+    keep = lambda **f: [r["example"] for r in panel.filtered(rows, panel.Filters(**f), "text-classification")]  # noqa: E731
+    assert keep() == ["train:4", "validation:1"]
+    assert keep(given="spam") == ["validation:1"] and keep(suggested="spam") == ["train:4"]
+    assert keep(min_confidence=0.9) == ["train:4"]
+    assert keep(decision="undecided") == ["train:4"] and keep(decision=audits.RELABEL) == ["validation:1"]
+    table = panel.issue_table(rows)
+    assert list(table.columns) == panel.ISSUE_HEADERS
+    assert table.iloc[1].tolist() == [2, "validation:1", "see you", "spam", "ham", "0.600", 3, "relabel → ham"]
+    tagged = [{"rank": 1, "example": "train:0", "tokens": ["bob", "sat"], "tags": ["O", "O"],
+               "words": [{"word": 0, "token": "bob", "given": "O", "suggested": "B-PER", "confidence": 0.9,
+                          "quality": 0.05}], "given": "bob: O", "suggested": "bob: B-PER", "confidence": 0.9,
+               "quality": 0.05, "fold": 1, "decision": None, "new_label": None}]
+    assert panel.issue_table(tagged).iloc[0, 2] == "[bob] sat"
+    assert panel.filtered(tagged, panel.Filters(suggested="B-PER"), "token-classification") == tagged
+    assert panel.audit_number(3) == 3 and panel.audit_number("3") == 3
+    for forged in (None, "", "abc", "0", "-2", "3; drop table", 2.5):
+        with pytest.raises(gr.Error):
+            panel.audit_number(forged)

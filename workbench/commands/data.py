@@ -203,17 +203,10 @@ def audit(
 
 def _wait_for_audit(wb, audits, record: dict) -> dict:
     """Wait for the folds; with no worker alive, run them in this process so the command still completes."""
-    from jobs import queue
-    from jobs.worker import start_embedded_worker
+    from workbench.commands.waiting import worker_unless_one_is_alive
     from workbench.services import runs
 
-    recent = max(15.0, 3 * wb.settings.heartbeat_seconds)
     fold_runs = [f["run_id"] for f in record["folds"]]
-    embedded = None
-    if queue.live_workers(wb.db, recent) == 0:
-        typer.echo(f"no worker has been seen in the last {recent:.0f} s; running the {len(fold_runs)} folds in "
-                   "this process", err=True)
-        embedded = start_embedded_worker(wb, max_jobs=1, only_runs=fold_runs)
     seen = {"message": record["message"]}
 
     def tell(current: dict) -> None:
@@ -221,16 +214,14 @@ def _wait_for_audit(wb, audits, record: dict) -> dict:
             seen["message"] = current["message"]
             typer.echo(f"audit {current['id']}: {current['message']}", err=True)
 
-    try:
-        return audits.wait_for_audit(wb, record["id"], on_poll=tell)
-    except KeyboardInterrupt:
-        for run_id in fold_runs:
-            runs.cancel_run(wb, run_id)
-        typer.echo(f"audit {record['id']}: cancel requested", err=True)
-        raise
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    with worker_unless_one_is_alive(wb, fold_runs, f"running the {len(fold_runs)} folds"):
+        try:
+            return audits.wait_for_audit(wb, record["id"], on_poll=tell)
+        except KeyboardInterrupt:
+            for run_id in fold_runs:
+                runs.cancel_run(wb, run_id)
+            typer.echo(f"audit {record['id']}: cancel requested", err=True)
+            raise
 
 
 @data_app.command("audit-show")

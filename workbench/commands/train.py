@@ -94,7 +94,6 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}."),
 ) -> None:
     """Queue a fine-tuning run and print its id (with --wait: train, then print the result)."""
-    from jobs import queue
     from workbench.context import open_workbench
     from workbench.services import runs
 
@@ -113,7 +112,7 @@ def train(
             return
         if not as_json:
             typer.echo(str(run_id))
-        record = _wait(wb, run_id, queue, runs)
+        record = _wait(wb, run_id, runs)
     final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
              "output_dir": record["output_dir"]}
     metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))
@@ -123,22 +122,14 @@ def train(
         raise typer.Exit(1)
 
 
-def _wait(wb, run_id: int, queue, runs) -> dict[str, Any]:
+def _wait(wb, run_id: int, runs) -> dict[str, Any]:
     """Wait for a worker; with none alive, train this one run in-process so the command still completes."""
-    from jobs.worker import start_embedded_worker
+    from workbench.commands.waiting import worker_unless_one_is_alive
 
-    recent = max(15.0, 3 * wb.settings.heartbeat_seconds)
-    embedded = None
-    if queue.live_workers(wb.db, recent) == 0:
-        typer.echo(f"no worker has been seen in the last {recent:.0f} s; training run {run_id} in this process",
-                   err=True)
-        embedded = start_embedded_worker(wb, max_jobs=1, only_runs=[run_id])
-    try:
-        return runs.wait_for_run(wb, run_id)
-    except KeyboardInterrupt:
-        runs.cancel_run(wb, run_id)
-        typer.echo(f"run {run_id}: cancel requested", err=True)
-        raise
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    with worker_unless_one_is_alive(wb, [run_id], f"training run {run_id}"):
+        try:
+            return runs.wait_for_run(wb, run_id)
+        except KeyboardInterrupt:
+            runs.cancel_run(wb, run_id)
+            typer.echo(f"run {run_id}: cancel requested", err=True)
+            raise

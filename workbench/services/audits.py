@@ -499,6 +499,8 @@ def save_corrected(wb: Workbench, audit_id: int, name: str = "") -> dict[str, An
         options = ((dataset.stats or {}).get("options") or {}) if dataset else {}
         task = audit.task
     title = name.strip() or f"{base_name} (corrected by audit {audit_id})"
+    if len(title) > 200:
+        raise ConfigError(f"a dataset name has at most 200 characters (this one has {len(title)})")
     with tempfile.TemporaryDirectory(dir=wb.settings.home, prefix="corrected-") as tmp:
         train = Path(tmp) / "train.jsonl"
         _write_jsonl(train, splits["train"])

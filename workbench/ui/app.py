@@ -89,6 +89,14 @@ def build_ui(wb: Workbench) -> gr.Blocks:
 
         data.use_dataset.click(lambda: None, None, [train.clone_of])
         data.use_dataset.click(use_dataset, [data.selected_dataset, data.task], [tabs, train.task, train.dataset])
+        # ... and with the corrected copy an audit just saved.
+        data.audit.train_corrected.click(lambda: None, None, [train.clone_of])
+        def use_corrected(dataset_id):
+            from workbench.services import datasets as data_service
+
+            return use_dataset(dataset_id, data_service.get_dataset(wb, dataset_id).task)
+
+        data.audit.train_corrected.click(use_corrected, [data.audit.corrected_id], [tabs, train.task, train.dataset])
 
         # Runs → Train, pre-filled with the run's spec (clone and edit).
         def clone_and_edit(rid):
@@ -101,7 +109,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         # imported or deleted, a run is submitted (nothing is remembered from page load).
         refresh_fn, refresh_inputs, refresh_outputs = train.refresh_datasets
         train_tab_item.select(refresh_fn, refresh_inputs, refresh_outputs, show_progress="hidden")
-        for event in (data.import_event, data.delete_event):
+        for event in (data.import_event, data.delete_event, data.audit.save_event):
             event.then(refresh_fn, refresh_inputs, refresh_outputs, show_progress="hidden")
         compare_tab_item.select(compare["refresh"], compare["picker"], [compare["picker"]], show_progress="hidden")
         train.submit_event.success(compare["refresh"], compare["picker"], [compare["picker"]],

@@ -1,4 +1,5 @@
-"""Data tab: upload → detected format, column mapping, preview, problems with line numbers, plots, import.
+"""Data tab: upload → detected format, column mapping, preview, problems with line numbers, plots, import;
+the stored datasets, and finding their suspicious labels (``workbench.ui.audit_panel``).
 
 Layout and event wiring only; the work is done by ``workbench.services.datasets``.
 ``check_file`` and ``import_file`` are plain functions (tested without a browser)
@@ -17,6 +18,7 @@ import pandas as pd
 from jobs.spec import TASKS
 from workbench.errors import DataValidationError, WorkbenchError
 from workbench.services import datasets as data_service
+from workbench.ui import audit_panel
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.ui.uploads import received_file
@@ -209,6 +211,7 @@ class DataTab:
     task: gr.Dropdown
     import_event: Any  # the events that change the stored datasets (other tabs' pickers follow them)
     delete_event: Any
+    audit: audit_panel.AuditPanel  # "Find suspicious labels"; its save is a third such event
 
 
 def build(wb) -> DataTab:
@@ -275,6 +278,7 @@ def build(wb) -> DataTab:
         confirm_delete = gr.Button("Yes, delete the dataset", variant="stop", size="sm")
         keep_dataset = gr.Button("Keep the dataset", size="sm")
     datasets = gr.Dataframe(headers=DATASET_HEADERS, interactive=False, elem_id="data-datasets", max_height=300)
+    audit = audit_panel.build(wb, selected_dataset, datasets)
 
     check_inputs = [upload, task, file_format, text_col, pair_col, label_col, separator, max_length]
     check_outputs = [status, problems, preview, label_plot, length_plot, length_caption, subtokens,
@@ -380,7 +384,7 @@ def build(wb) -> DataTab:
     keep_dataset.click(lambda: gr.update(visible=False), None, [confirm_row])
     delete_event = confirm_delete.click(on_delete, [selected_dataset], [confirm_row, selected_dataset, datasets])
     return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task,
-                   import_event=import_event, delete_event=delete_event)
+                   import_event=import_event, delete_event=delete_event, audit=audit)
 
 
 def label_chart_title(view: DataView) -> str:

@@ -1,0 +1,343 @@
+"""Data tab, "Find suspicious labels": start an audit of the picked dataset, watch its folds, review
+the ranked suspects (keep / relabel / drop) and save a corrected copy as a new dataset.
+
+Layout and wiring only; the work is in ``workbench.services.audits``. The functions above ``build``
+turn service results into what the components show and are tested without a browser. Nothing is
+kept in this process: decisions are written as they are made, and each view is read again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import logging
+from typing import Any, Optional
+
+import gradio as gr
+import pandas as pd
+
+from jobs.spec import DEFAULT_MODEL
+from workbench.errors import WorkbenchError
+from workbench.services import audits
+from workbench.ui import format as fmt
+
+log = logging.getLogger(__name__)
+
+ISSUE_HEADERS = ["Rank", "Example", "Text", "Given", "Suggested", "Confidence", "Fold", "Decision"]
+ANY = "(any)"
+DECISION_FILTERS = ("all", "undecided", audits.KEEP, audits.RELABEL, audits.DROP)
+MAX_ROWS = 500  # rows the table shows; the filters reach the rest
+TEXT_CHARS = 240
+POLL_SECONDS = 2.0
+INTRO = ("Each fold is an ordinary run of the chosen model: it trains on the other folds and predicts its own, "
+         "so every example is predicted once by a model that never saw it. Confident learning then lists the "
+         "examples whose label disagrees with a confidently predicted other label, least likely label first. "
+         "Mark each one **keep**, **relabel** or **drop**, then save a corrected copy: the original dataset is "
+         "never changed. The folds show in the Runs tab; with several workers they run side by side.")
+
+
+def audit_choices(wb, dataset_id: str | None) -> list[tuple[str, int]]:
+    """The audits of a dataset for the picker, newest first."""
+    if not (dataset_id or "").strip():
+        return []
+    return [(f"audit {a['id']} · {a['state']} · {a['message']}", a["id"])
+            for a in audits.list_audits(wb, dataset_id.strip())]
+
+
+def status_html(record: Optional[dict[str, Any]]) -> str:
+    """The audit's progress bar and one line per fold."""
+    if record is None:
+        return "<p class='wb-muted'>Pick a dataset (click its row above), then start an audit.</p>"
+    status = {audits.FINISHED: "succeeded", audits.STOPPED: "failed"}.get(record["state"], "running")
+    folds = " · ".join(f"fold {f['fold'] + 1}: {html.escape(f['status'])} (run {f['run_id']})"
+                       for f in record["folds"])
+    extra = ""
+    summary = record.get("summary") or {}
+    if record["state"] == audits.FINISHED and summary.get("held_out_accuracy") is not None:
+        what = "word accuracy" if record["task"] == "token-classification" else "accuracy"
+        extra = (f"<p>The fold models' held-out {what}: <b>{summary['held_out_accuracy']:.3f}</b>"
+                 + (" — low: their suggestions are guesses; try a stronger preset or model."
+                    if summary["held_out_accuracy"] < 0.7 else "") + "</p>")
+    return (f"<div id='audit-state' data-state='{record['state']}'>"
+            f"<p><b>Audit {record['id']}</b> of {html.escape(str(record.get('dataset') or record['dataset_id']))}: "
+            f"{html.escape(record['message'])}</p>"
+            f"{fmt.progress_html(record['progress'], status)}<p class='wb-muted'>{folds}</p>{extra}</div>")
+
+
+@dataclasses.dataclass
+class Filters:
+    given: str = ANY
+    suggested: str = ANY
+    min_confidence: float = 0.0
+    decision: str = "all"
+
+    def keep(self, row: dict[str, Any], task: str) -> bool:
+        if row["confidence"] < (self.min_confidence or 0.0):
+            return False
+        if self.decision == "undecided" and row.get("decision"):
+            return False
+        if self.decision not in ("all", "undecided") and row.get("decision") != self.decision:
+            return False
+        if task == "token-classification":
+            given = {w["given"] for w in row["words"]}
+            suggested = {w["suggested"] for w in row["words"]}
+        else:
+            given, suggested = {row["given"]}, {row["suggested"]}
+        return (self.given in (ANY, None, "") or self.given in given) and (
+            self.suggested in (ANY, None, "") or self.suggested in suggested)
+
+
+def filtered(rows: list[dict[str, Any]], filters: Filters, task: str) -> list[dict[str, Any]]:
+    return [row for row in rows if filters.keep(row, task)]
+
+
+def _decision_text(row: dict[str, Any]) -> str:
+    if row.get("decision") == audits.RELABEL:
+        return f"relabel → {row.get('new_label') or row['suggested']}"
+    return row.get("decision") or ""
+
+
+def _text(row: dict[str, Any]) -> str:
+    if "tokens" in row:
+        flagged = {w["word"] for w in row["words"]}
+        text = " ".join(f"[{t}]" if i in flagged else t for i, t in enumerate(row["tokens"]))
+    else:
+        text = row["text"] + (f" ‖ {row['text_pair']}" if row.get("text_pair") else "")
+    return fmt.short_value(" ".join(text.split()), TEXT_CHARS)
+
+
+def issue_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The table of (filtered) issues; at most ``MAX_ROWS`` rows."""
+    data = [[row["rank"], row["example"], _text(row), row["given"], row["suggested"], f"{row['confidence']:.3f}",
+             row["fold"] + 1, _decision_text(row)] for row in rows[:MAX_ROWS]]
+    return pd.DataFrame(data, columns=ISSUE_HEADERS)
+
+
+def table_caption(shown: int, total: int) -> str:
+    if not total:
+        return "No suspicious labels: every example agrees with what the fold models predict confidently."
+    more = f" (the first {MAX_ROWS} are listed; filter to reach the rest)" if shown > MAX_ROWS else ""
+    return (f"{shown} of {total} suspicious examples shown{more}. Click a row to decide it; the buttons below "
+            "the table decide every row shown at once. `[word]` marks a suspicious tag.")
+
+
+def label_names(record: Optional[dict[str, Any]]) -> list[str]:
+    return list(((record or {}).get("summary") or {}).get("labels") or [])
+
+
+def view(wb, audit_id: Optional[int], filters: Filters) -> tuple[str, pd.DataFrame, str, list[str]]:
+    """(status, table, caption, labels) of one audit as the filters show it."""
+    if audit_id is None:
+        return status_html(None), issue_table([]), "", []
+    audit_id = audit_number(audit_id)
+    record = audits.get_audit(wb, audit_id)
+    if record["state"] != audits.FINISHED:
+        return status_html(record), issue_table([]), "The ranking appears when every fold has finished.", []
+    rows = audits.audit_issues(wb, audit_id)
+    shown = filtered(rows, filters, record["task"])
+    return status_html(record), issue_table(shown), table_caption(len(shown), len(rows)), label_names(record)
+
+
+def audit_number(value: Any) -> int:
+    """The audit id a browser sent (a picker value): a positive whole number, or a message."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
+        raise gr.Error("Pick an audit first.")
+    return number
+
+
+def decide(wb, audit_id: Optional[int], examples: list[str], action: Optional[str], label: Optional[str] = None
+           ) -> str:
+    """Mark ``examples``; returns the message for the user."""
+    audit_id = audit_number(audit_id)
+    if not examples:
+        raise gr.Error("Click a row of the table first (or filter the rows the bulk buttons apply to).")
+    try:
+        count = audits.set_decisions(wb, audit_id, [str(e) for e in examples], action, label or None)
+    except WorkbenchError as exc:
+        raise gr.Error(str(exc))
+    what = {None: "undecided", audits.RELABEL: f"relabel{f' → {label}' if label else ' as suggested'}"}.get(
+        action, action)
+    return f"{count} example{'s' if count != 1 else ''} marked {what}."
+
+
+@dataclasses.dataclass
+class AuditPanel:
+    corrected_id: gr.Textbox  # the dataset the last save wrote (the app opens the Train tab on it)
+    train_corrected: gr.Button
+    save_event: Any  # a new dataset exists afterwards: other pickers follow it
+
+
+def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> AuditPanel:
+    from jobs import catalogue
+
+    models = [info.name for info in catalogue.list_models()]
+    with gr.Accordion("Find suspicious labels", open=False, elem_id="audit-panel"):
+        gr.Markdown(INTRO, elem_classes="wb-muted")
+        with gr.Row():
+            folds = gr.Slider(2, 10, value=5, step=1, label="Folds (one training run each)", elem_id="audit-folds")
+            model = gr.Dropdown(models, value=DEFAULT_MODEL, allow_custom_value=True, label="Model",
+                                elem_id="audit-model")
+            preset = gr.Radio(list(audits.PRESETS), value="quick", label="Preset of every fold run")
+        start = gr.Button("Find suspicious labels", variant="primary", elem_id="audit-start")
+        with gr.Row():
+            pick = gr.Dropdown([], label="Audit of this dataset", elem_id="audit-pick", scale=3)
+            cancel = gr.Button("Cancel audit", size="sm", scale=1)
+            retry = gr.Button("Retry stopped folds", size="sm", scale=1)
+        status = gr.HTML(status_html(None), elem_id="audit-status")
+        with gr.Row():
+            given = gr.Dropdown([ANY], value=ANY, label="Given label", elem_id="audit-given")
+            suggested = gr.Dropdown([ANY], value=ANY, label="Suggested label", elem_id="audit-suggested")
+            min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Confidence at least")
+            decision = gr.Radio(list(DECISION_FILTERS), value="all", label="Decision")
+        caption = gr.Markdown(elem_id="audit-caption")
+        table = gr.Dataframe(headers=ISSUE_HEADERS, interactive=False, wrap=True, max_height=420,
+                             elem_id="audit-issues",
+                             column_widths=["6%", "11%", "39%", "11%", "11%", "8%", "5%", "9%"])
+        with gr.Row():
+            example = gr.Textbox(label="Example", interactive=False, elem_id="audit-example", scale=1)
+            new_label = gr.Dropdown([], label="Relabel as (empty: the suggestion)", allow_custom_value=False,
+                                    elem_id="audit-new-label", scale=1)
+            keep = gr.Button("Keep", size="sm", elem_id="audit-keep")
+            relabel = gr.Button("Relabel", size="sm", elem_id="audit-relabel")
+            drop = gr.Button("Drop", size="sm", elem_id="audit-drop")
+            undecide = gr.Button("Undecide", size="sm")
+        with gr.Row():
+            all_relabel = gr.Button("Relabel all shown as suggested", size="sm", elem_id="audit-all-relabel")
+            all_drop = gr.Button("Drop all shown", size="sm", elem_id="audit-all-drop")
+            all_keep = gr.Button("Keep all shown", size="sm")
+        decided = gr.Markdown(elem_id="audit-decided")
+        with gr.Row():
+            save_name = gr.Textbox(label="Name of the corrected dataset", placeholder="default: '<name> (corrected "
+                                   "by audit N)'", scale=3)
+            save = gr.Button("Save as a new dataset", variant="primary", elem_id="audit-save", scale=1)
+        saved = gr.Markdown(elem_id="audit-saved")
+        with gr.Row():
+            corrected_id = gr.Textbox(visible=False)
+            train_corrected = gr.Button("Train on the corrected dataset", visible=False, variant="primary",
+                                        elem_id="audit-train-corrected")
+        timer = gr.Timer(POLL_SECONDS, active=False)
+
+    filter_inputs = [given, suggested, min_confidence, decision]
+
+    def filters_of(g, s, c, d) -> Filters:
+        try:
+            confidence = float(c or 0.0)
+        except (TypeError, ValueError):
+            confidence = 0.0
+        return Filters(given=str(g or ANY), suggested=str(s or ANY), min_confidence=confidence,
+                       decision=d if d in DECISION_FILTERS else "all")
+
+    def show(audit_id, g, s, c, d):
+        try:
+            status_, frame, caption_, labels = view(wb, audit_id, filters_of(g, s, c, d))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        running = audit_id is not None and "data-state='running'" in status_
+        options = [ANY] + labels
+        return (status_, frame, caption_, gr.update(choices=options), gr.update(choices=options),
+                gr.update(choices=[""] + labels), gr.Timer(active=running))
+
+    show_outputs = [status, table, caption, given, suggested, new_label, timer]
+
+    def on_dataset(dataset_id):
+        choices = audit_choices(wb, dataset_id)
+        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+    selected_dataset.change(on_dataset, [selected_dataset], [pick])
+    pick.change(show, [pick, *filter_inputs], show_outputs)
+    # .input, not .change: ``show`` refreshes the filters' choices, which must not set off another show.
+    for control in filter_inputs:
+        control.input(show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+
+    def on_start(dataset_id, folds_, model_, preset_):
+        if not (dataset_id or "").strip():
+            raise gr.Error("Pick a dataset first (click its row in the table above).")
+        try:
+            folds_ = int(float(folds_))
+        except (TypeError, ValueError):
+            raise gr.Error("The number of folds must be a whole number from 2 to 20.")
+        try:
+            audit_id = audits.create_audit(wb, dataset_id.strip(), folds=folds_, model=model_ or DEFAULT_MODEL,
+                                           preset=preset_)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        gr.Info(f"Audit {audit_id}: {folds_} fold runs queued.")
+        return gr.update(choices=audit_choices(wb, dataset_id), value=audit_id)
+
+    start.click(on_start, [selected_dataset, folds, model, preset], [pick])
+
+    def on_tick(audit_id, g, s, c, d):
+        if audit_id is None:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
+        return show(audit_id, g, s, c, d)
+
+    timer.tick(on_tick, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+
+    def on_cancel(audit_id):
+        audit_id = audit_number(audit_id)
+        try:
+            audits.cancel_audit(wb, audit_id)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        gr.Info(f"Audit {audit_id}: the folds still queued or running are cancelled.")
+
+    def on_retry(audit_id):
+        audit_id = audit_number(audit_id)
+        try:
+            audits.retry_audit(wb, audit_id)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        gr.Info(f"Audit {audit_id}: the stopped folds are queued again.")
+
+    for button, fn in ((cancel, on_cancel), (retry, on_retry)):
+        button.click(fn, [pick], None).then(show, [pick, *filter_inputs], show_outputs)
+
+    def on_row(evt: gr.SelectData, frame):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return str(frame.iloc[row, 1]) if len(frame) else ""
+
+    table.select(on_row, [table], [example])
+
+    def one(action):
+        def handler(audit_id, key, label):
+            return decide(wb, audit_id, [key] if key else [], action, label if action == audits.RELABEL else None)
+        return handler
+
+    def every_shown(action):
+        def handler(audit_id, g, s, c, d):
+            audit_id = audit_number(audit_id)
+            try:
+                rows = filtered(audits.audit_issues(wb, audit_id), filters_of(g, s, c, d),
+                                audits.get_audit(wb, audit_id)["task"])
+            except WorkbenchError as exc:
+                raise gr.Error(str(exc))
+            return decide(wb, audit_id, [r["example"] for r in rows], action)
+        return handler
+
+    for button, action in ((keep, audits.KEEP), (relabel, audits.RELABEL), (drop, audits.DROP), (undecide, None)):
+        button.click(one(action), [pick, example, new_label], [decided]).then(
+            show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+    for button, action in ((all_relabel, audits.RELABEL), (all_drop, audits.DROP), (all_keep, audits.KEEP)):
+        button.click(every_shown(action), [pick, *filter_inputs], [decided]).then(
+            show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+
+    def on_save(audit_id, name):
+        from workbench.ui import data_tab
+
+        audit_id = audit_number(audit_id)
+        try:
+            result = audits.save_corrected(wb, audit_id, str(name or ""))
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+        counts = result["counts"]
+        reused = " (an identical copy was saved before: it is reused)" if result.get("reused") else ""
+        message = (f"✔ Saved as dataset **{result['id']}** “{result['name']}”{reused}: {counts['relabel']} "
+                   f"relabelled, {counts['drop']} dropped, {result['train']} train / {result['validation']} "
+                   "validation examples. The original dataset is unchanged.")
+        return message, result["id"], gr.update(visible=True), data_tab.dataset_rows(wb)
+
+    save_event = save.click(on_save, [pick, save_name], [saved, corrected_id, train_corrected, datasets_table])
+    return AuditPanel(corrected_id=corrected_id, train_corrected=train_corrected, save_event=save_event)
