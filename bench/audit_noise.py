@@ -10,10 +10,12 @@ of the packaged MiniLM, an in-process worker), then:
 * precision and recall of the flagged examples, and of the first N of the ranking (N = number
   flipped), against the flipped ones;
 * the share of found flips whose suggested label is the original one;
-* test accuracy of a model trained (same preset) on the clean, the noisy and the corrected set,
-  where "corrected" accepts every suggestion (each flagged example relabelled as suggested).
+* test accuracy of a model trained (same preset, three training seeds) on the clean, the noisy and
+  the corrected set, where "corrected" accepts every suggestion (each flagged example relabelled
+  as suggested).
 
-Duplicate texts are dropped first (the import would drop them, which would shift positions).
+``--compare-only bench/results/audit_noise/trec --preset standard --seeds 42`` trains the three sets
+a full run kept again, with another preset. Duplicate texts are dropped first (the import would drop them, which would shift positions).
 Results go to bench/results/audit_noise.json after each dataset, with the load average.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -59,21 +62,21 @@ def flip(records: list[dict], share: float, seed: int) -> tuple[list[dict], set[
     return noisy, chosen
 
 
-def train_and_score(wb, train_path: str, test_path: str, preset: str, name: str) -> dict:
+def train_and_score(wb, train_path: str, test_path: str, preset: str, name: str, seed: int) -> dict:
     from jobs.spec import DataSpec, RunSpec, TrainSpec
     from workbench.services import runs
 
-    spec = RunSpec(task="text-classification", name=name, train=TrainSpec(preset=preset),
+    spec = RunSpec(task="text-classification", name=name, train=TrainSpec(preset=preset, seed=seed),
                    data=DataSpec(train_path=train_path, validation_path=test_path))
     record = runs.wait_for_run(wb, runs.submit_run(wb, spec))
     if record["status"] != "succeeded":
         raise SystemExit(f"run {name} {record['status']}: {record['error']}")
     m = record["metrics"]
-    return {"accuracy": m["accuracy"], "f1_macro": m["f1_macro"], "wall_seconds": m.get("wall_seconds")}
+    return {"seed": seed, "accuracy": m["accuracy"], "f1_macro": m["f1_macro"], "wall_seconds": m.get("wall_seconds")}
 
 
 def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, preset: str, seed: int,
-              limit: int | None = None) -> dict:
+              seeds: list[int], limit: int | None = None) -> dict:
     from jobs import label_issues
     from jobs.worker import start_embedded_worker
     from workbench.context import open_workbench
@@ -114,7 +117,13 @@ def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, prese
             audits.set_decisions(wb, audit_id, [r["example"] for r in issues], audits.RELABEL)
             corrected = audits.save_corrected(wb, audit_id)
             corrected_path = str(Path(corrected["path"]) / "train.jsonl")
-            scores = {variant: train_and_score(wb, path, test, preset, f"{name} {variant}")
+            keep = RESULTS / "audit_noise" / name  # the four sets, for --compare-only with another preset
+            keep.mkdir(parents=True, exist_ok=True)
+            for variant, path in (("clean", clean_path), ("noisy", noisy_path), ("corrected", corrected_path),
+                                  ("test", test)):
+                shutil.copyfile(path, keep / f"{variant}.jsonl")
+            scores = {variant: [train_and_score(wb, path, test, preset, f"{name} {variant} seed {s}", s)
+                                for s in seeds]
                       for variant, path in (("clean", clean_path), ("noisy", noisy_path),
                                             ("corrected", corrected_path))}
         finally:
@@ -125,7 +134,28 @@ def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, prese
             "top_n_precision": round(p_top, 4), "top_n_recall": round(r_top, 4),
             "ranking_top_n_precision": round(p_all, 4), "ranking_top_n_recall": round(r_all, 4),
             "found_with_original_suggested": round(recovered / len(found), 4) if found else None,
-            "audit_seconds": round(audit_seconds, 1), "test_accuracy": scores, "load_average": os.getloadavg()}
+            "audit_seconds": round(audit_seconds, 1), "test_accuracy": scores,
+            "mean_test_accuracy": {v: round(sum(r["accuracy"] for r in rs) / len(rs), 4) for v, rs in scores.items()},
+            "load_average": os.getloadavg()}
+
+
+def compare_only(folder: Path, work: Path, preset: str, seeds: list[int]) -> dict:
+    """Train clean / noisy / corrected again from the sets an earlier run kept (another preset)."""
+    from jobs.worker import start_embedded_worker
+    from workbench.context import open_workbench
+    from workbench.settings import Settings
+
+    with open_workbench(Settings.from_env({}, home=str(work / "home"))) as wb:
+        worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
+        try:
+            scores = {variant: [train_and_score(wb, str(folder / f"{variant}.jsonl"), str(folder / "test.jsonl"),
+                                                preset, f"{folder.name} {variant} seed {s}", s) for s in seeds]
+                      for variant in ("clean", "noisy", "corrected")}
+        finally:
+            worker.stop(timeout=120)
+    return {"dataset": folder.name, "preset": preset, "test_accuracy": scores,
+            "mean_test_accuracy": {v: round(sum(r["accuracy"] for r in rs) / len(rs), 4) for v, rs in scores.items()},
+            "load_average": os.getloadavg()}
 
 
 def main() -> None:
@@ -136,6 +166,10 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", default="42,1,2", help="Training seeds of the clean / noisy / corrected runs.")
+    parser.add_argument("--compare-only", type=Path, default=None,
+                        help="A folder with clean/noisy/corrected/test.jsonl (kept by a full run in "
+                             "bench/results/audit_noise/NAME): only train and score the three sets.")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N training examples (a smoke test).")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -144,9 +178,18 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "audit_noise.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
+    seeds = [int(x) for x in args.seeds.split(",")]
+    if args.compare_only:
+        with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+            result = compare_only(args.compare_only, Path(tmp), args.preset, seeds)
+        results[f"{args.compare_only.name}-compare-{args.preset}"] = result
+        out.write_text(json.dumps(results, indent=2))
+        print(json.dumps(result, indent=2), flush=True)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         for name in args.only.split(","):
-            result = bench_one(name, args.data, Path(tmp), args.noise, args.folds, args.preset, args.seed, args.limit)
+            result = bench_one(name, args.data, Path(tmp), args.noise, args.folds, args.preset, args.seed,
+                               seeds, args.limit)
             results[f"{name}-{args.preset}-k{args.folds}" + (f"-limit{args.limit}" if args.limit else "")] = result
             out.write_text(json.dumps(results, indent=2))
             print(json.dumps(result, indent=2), flush=True)

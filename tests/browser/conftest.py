@@ -109,7 +109,7 @@ def page(browser):
     context.close()
 
 
-def screenshot(page, name: str, full_page: bool = True) -> Path:
+def screenshot(page, name: str, full_page: bool = True, element: str | None = None) -> Path:
     """Save a screenshot as a test artifact (tests/artifacts/screenshots/NAME.png).
 
     With ``WORKBENCH_TEST_UPDATE_SCREENSHOTS=1`` (every README picture) or ``=data,runs`` (those),
@@ -117,7 +117,10 @@ def screenshot(page, name: str, full_page: bool = True) -> Path:
     """
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=full_page)
+    if element:  # only this part of the page (a selector)
+        page.locator(element).screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
     wanted = os.environ.get("WORKBENCH_TEST_UPDATE_SCREENSHOTS", "")
     if name in README_SCREENSHOTS and (wanted == "1" or name in wanted.split(",")):
         shutil.copyfile(path, README_SCREENSHOTS_DIR / f"{name}.png")

@@ -65,7 +65,7 @@ def test_review_a_finished_audit_and_save_the_corrected_copy(audit_server, page)
     wait_text(page, "#audit-caption", f"{issues} of {issues} suspicious examples shown")
     table = page.locator("#audit-issues")
     assert table.inner_text().count("train:") == issues
-    screenshot(page, "audit")
+    screenshot(page, "audit", element="#audit-panel")
     # Drop one labelled "neg" by hand: click its row, then Drop.
     rows = re.findall(r"(train:\d+)\s*\n[^\n]*\n\s*(neg|pos)\s*\n", table.inner_text())  # example, text, given
     assert len(rows) == issues, table.inner_text()

@@ -124,10 +124,10 @@ def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DE
     spec = {"folds": folds, "model": model, "preset": preset, "seed": seed, "method": method, "lora": bool(lora),
             "train": train}
     title = name or f"audit of {summary.name}"
-    # Check the model and the data before anything is queued (as a run's submit does).
-    specs = [_fold_spec(summary, f, folds, model, preset, seed, lora, title, Path("/nonexistent"), train) for f in range(folds)]
-    runs_service.submit_run_checks(wb, specs[0])
-    estimate = runs_service._estimate(wb, specs[0])
+    # Check the data and the settings before anything is queued (as a run's submit does).
+    first = _fold_spec(summary, 0, folds, model, preset, seed, lora, title, _audits_dir(wb), train)
+    runs_service.submit_run_checks(wb, first)
+    estimate = runs_service.run_estimate(wb, first)
     with wb.db.session() as session:
         audit = Audit(name=title, dataset_id=summary.id, task=summary.task, spec=spec, folder="")
         session.add(audit)

@@ -74,7 +74,7 @@ def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = N
     """Queue a run; a worker picks it up. Returns its id."""
     submit_run_checks(wb, spec)
     return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority,
-                        estimate=_estimate(wb, spec))
+                        estimate=run_estimate(wb, spec))
 
 
 def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
@@ -88,7 +88,7 @@ def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
             _require(session, spec.init_from_run)
 
 
-def _estimate(wb: Workbench, spec: RunSpec) -> Optional[dict[str, Any]]:
+def run_estimate(wb: Workbench, spec: RunSpec) -> Optional[dict[str, Any]]:
     """The time estimate stored with a new run; an estimate that cannot be made never blocks a submit."""
     from workbench.services import estimates
 

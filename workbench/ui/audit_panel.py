@@ -276,21 +276,18 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
 
     timer.tick(on_tick, [pick, *filter_inputs], show_outputs, show_progress="hidden")
 
-    def on_cancel(audit_id):
-        audit_id = audit_number(audit_id)
-        try:
-            audits.cancel_audit(wb, audit_id)
-        except WorkbenchError as exc:
-            raise gr.Error(str(exc))
-        gr.Info(f"Audit {audit_id}: the folds still queued or running are cancelled.")
+    def folds_action(service_call, done: str):
+        def handler(audit_id):
+            audit_id = audit_number(audit_id)
+            try:
+                service_call(wb, audit_id)
+            except WorkbenchError as exc:
+                raise gr.Error(str(exc))
+            gr.Info(f"Audit {audit_id}: {done}")
+        return handler
 
-    def on_retry(audit_id):
-        audit_id = audit_number(audit_id)
-        try:
-            audits.retry_audit(wb, audit_id)
-        except WorkbenchError as exc:
-            raise gr.Error(str(exc))
-        gr.Info(f"Audit {audit_id}: the stopped folds are queued again.")
+    on_cancel = folds_action(audits.cancel_audit, "the folds still queued or running are cancelled.")
+    on_retry = folds_action(audits.retry_audit, "the stopped folds are queued again.")
 
     for button, fn in ((cancel, on_cancel), (retry, on_retry)):
         button.click(fn, [pick], None).then(show, [pick, *filter_inputs], show_outputs)
