@@ -39,10 +39,12 @@ INTRO = ("Each fold is an ordinary run of the chosen model: it trains on the oth
 
 
 def audit_choices(wb, dataset_id: str | None) -> list[tuple[str, int]]:
-    """The audits of a dataset for the picker, newest first."""
+    """The audits of a dataset for the picker, newest first. The labels hold only what never changes
+    (the state is in the status below the picker, which follows it)."""
     if not (dataset_id or "").strip():
         return []
-    return [(f"audit {a['id']} · {a['state']} · {a['message']}", a["id"])
+    return [(f"audit {a['id']} · {fmt.format_time(a['created_at'])} · {a['spec']['folds']} folds, "
+             f"{a['spec']['preset']}, {fmt.model_name(a['spec']['model'])}", a["id"])
             for a in audits.list_audits(wb, dataset_id.strip())]
 
 
