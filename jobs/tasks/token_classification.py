@@ -222,10 +222,7 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
         probs = softmax(row_logits)
         per_word = word_predictions(word_ids, probs.argmax(-1), len(record["tokens"]))
         predicted = [names[p] if p is not None else "O" for p in per_word]
-        first_pos = {}
-        for pos, w in enumerate(word_ids):
-            if w is not None and w not in first_pos:
-                first_pos[w] = pos
+        first_pos = first_subtokens(word_ids)
         scores = [round(float(probs[first_pos[w]].max()), 4) if w in first_pos else 0.0
                   for w in range(len(record["tokens"]))]
         # the probability of each given tag (None: cut off, or a tag training never saw), for the Errors view

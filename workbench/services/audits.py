@@ -430,8 +430,8 @@ def set_decisions(wb: Workbench, audit_id: int, examples: Iterable[str], action:
     if unknown:
         raise NotFound(f"audit {audit_id} did not flag {', '.join(unknown[:5])}")
     with wb.db.session() as session:
-        task = _require(session, audit_id).task
-        labels = _require(session, audit_id).summary.get("labels") or []
+        audit = _require(session, audit_id)
+        task, labels = audit.task, audit.summary.get("labels") or []
         if label is not None and (task != "text-classification" or str(label) not in labels):
             raise ConfigError(f"{label!r} is not one of the dataset's labels ({', '.join(labels[:20])})"
                               if task == "text-classification" else
