@@ -296,3 +296,17 @@ def test_the_panel_filters_rows_and_refuses_forged_audit_ids():
     for forged in (None, "", "abc", "0", "-2", "3; drop table", 2.5):
         with pytest.raises(gr.Error):
             panel.audit_number(forged)
+
+
+def test_a_finished_audit_of_weak_fold_models_says_their_suggestions_are_guesses(wb, tmp_path):
+    from storage.models import Audit
+
+    dataset = _import(wb, tmp_path, distinct(classification_records(20)))
+    audit_id = audits.create_audit(wb, dataset.id, folds=2, model="fake:succeed")
+    for accuracy, warned in ((0.26, True), (0.93, False)):
+        with wb.db.session() as session:
+            session.get(Audit, audit_id).summary = {"issues": 3, "examples": 20, "labels": ["neg", "pos"],
+                                                    "held_out_accuracy": accuracy}
+        message = audits.get_audit(wb, audit_id)["message"]
+        assert message.startswith("3 suspicious of 20 examples")
+        assert ("held-out accuracy is 0.26, too low to trust" in message) is warned

@@ -48,6 +48,8 @@ RUNNING, FINISHED, STOPPED = "running", "finished", "stopped"
 ISSUES_FILE = "issues.json"
 EXAMPLE_KEY = "_example"  # in the fold files: which example of the dataset a record is ("train:17")
 MAX_FOLDS = 20
+# Below this held-out accuracy the fold models mostly guess, and an audit says so.
+WEAK_HELD_OUT_ACCURACY = 0.7
 
 
 def _iso(value: Optional[dt.datetime]) -> Optional[str]:
@@ -193,7 +195,12 @@ def _state(audit: Audit, runs: list[Run]) -> tuple[str, str]:
     """(state, one line for the user)."""
     folds = audit.spec["folds"]
     if audit.summary is not None:
-        return FINISHED, f"{audit.summary['issues']} suspicious of {audit.summary['examples']} examples"
+        message = f"{audit.summary['issues']} suspicious of {audit.summary['examples']} examples"
+        accuracy = audit.summary.get("held_out_accuracy")
+        if accuracy is not None and accuracy < WEAK_HELD_OUT_ACCURACY:
+            message += (f"; the fold models' held-out accuracy is {accuracy:.2f}, too low to trust their "
+                        "suggestions: use more data per fold, the standard preset or a stronger model")
+        return FINISHED, message
     done = sum(r.status == SUCCEEDED for r in runs)
     if len(runs) < folds:
         return STOPPED, (f"{folds - len(runs)} of the {folds} fold runs were deleted; the audit cannot finish — "

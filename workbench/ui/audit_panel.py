@@ -61,7 +61,7 @@ def status_html(record: Optional[dict[str, Any]]) -> str:
         what = "word accuracy" if record["task"] == "token-classification" else "accuracy"
         extra = (f"<p>The fold models' held-out {what}: <b>{summary['held_out_accuracy']:.3f}</b>"
                  + (" — low: their suggestions are guesses; try a stronger preset or model."
-                    if summary["held_out_accuracy"] < 0.7 else "") + "</p>")
+                    if summary["held_out_accuracy"] < audits.WEAK_HELD_OUT_ACCURACY else "") + "</p>")
     return (f"<div id='audit-state' data-state='{record['state']}'>"
             f"<p><b>Audit {record['id']}</b> of {html.escape(str(record.get('dataset') or record['dataset_id']))}: "
             f"{html.escape(record['message'])}</p>"
