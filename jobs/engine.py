@@ -79,6 +79,20 @@ def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
     return str(max(done)[1]) if done else None
 
 
+def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple[str, str]:
+    """The training method for ``spec`` on ``records`` (see ``jobs.hyperparameters.choose_method``)."""
+    from jobs.hyperparameters import choose_method, examples_used, is_sentence_model, train_examples_cap
+
+    if spec.task != "text-classification":
+        return "finetune", ""
+    multi = any(isinstance(r.get("label"), list) for r in records) or bool(spec.train.multi_label)
+    classes = len({str(r.get("label")) for r in records}) if not multi else 2
+    n_used = examples_used(len(records), train_examples_cap(spec.train.preset, spec.train.max_train_examples))
+    return choose_method(spec.task, spec.train.method, n_used, classes, multi_label=multi,
+                         pairs=any(r.get("text_pair") for r in records), lora=spec.lora.enabled,
+                         sentence_model=is_sentence_model(model_path))
+
+
 def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
     """10% of the training records (at least 1) become the validation split when none was given."""
     import random
@@ -166,7 +180,7 @@ def _count_parameters(model) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -193,11 +207,22 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         validation = module.read(spec.data.validation_path)
     else:
         train, validation = _split_validation(train, spec.train.seed)
-    hp = resolve_hyperparameters(spec, info, len(train))
+    method, method_why = _choose_method(spec, train, path)
+    hp = resolve_hyperparameters(spec, info, len(train), method)
+    if method_why:
+        hp["why"] += f" ({method_why})"
+    log.info("defaults: %s", hp["why"])
     available = len(train)
     train = subsample(train, hp["max_train_examples"], hp["seed"])
     if len(train) < available:
         log.info("training on a seeded sample of %d of %d examples (max_train_examples)", len(train), available)
+    if method == "setfit":
+        from jobs.setfit_method import train_setfit
+
+        facts = {"device": pick_device(device), "processes": 1, "model": info.name, "model_path": path,
+                 "train_examples": len(train), "train_examples_available": available,
+                 "validation_examples": len(validation), "hyperparameters": hp, "resumed_from": None}
+        return train_setfit(spec, output_dir, reporter, hp, path, train, validation, facts, setup_started)
     if spec.task == "question-answering":
         hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)  # the overlap must leave room to advance
     device = pick_device(device)
@@ -306,7 +331,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         "train_loss": float(result.training_loss),
         "steps": int(trainer.state.global_step),
         "trainable_parameters": trainable, "total_parameters": total_params,
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else 0.0,
         "train_seconds": round(train_seconds, 2),
         "samples_per_second": round(samples / pure_seconds, 3),
@@ -327,13 +352,32 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
                      {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
+    metrics.update(assess_run(spec, train, validation, evaluation))
     metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
-    _write_outputs(output_dir, metrics, hp, evaluation)
+    write_outputs(output_dir, metrics, hp, evaluation)
     if heldout is not None:
         write_heldout(output_dir / HELDOUT_FILE, heldout)
     log.info("run finished: %s", json.dumps(evaluation.metrics))
     return metrics
+
+
+def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation) -> dict:
+    """Text classification: the baselines beside the run's score and the verdict (``jobs.baselines``);
+    nothing for other tasks. A baseline that fails is logged, never fails the run."""
+    if spec.task != "text-classification":
+        return {}
+    from jobs.baselines import assess
+
+    try:
+        found = assess(train, validation, evaluation.metrics, evaluation.predictions)
+    except Exception:  # noqa: BLE001 - the run's own result stands without its baselines
+        log.exception("the baselines could not be fitted")
+        return {}
+    if found["verdict"]["message"]:
+        log.warning("%s", found["verdict"]["message"])
+    log.info("baselines: %s", json.dumps(found["baselines"]))
+    return found
 
 
 def _predict_heldout(module, spec: RunSpec, trainer, prepared) -> dict:
@@ -370,7 +414,7 @@ def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
     tokenizer.save_pretrained(model_dir)
 
 
-def _write_outputs(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
+def write_outputs(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
     (output_dir / "metrics.json").write_text(json.dumps({**metrics, "hyperparameters": hp}, indent=2, default=str))
     (output_dir / "tables.json").write_text(json.dumps(evaluation.tables, indent=2))
     with (output_dir / "predictions.jsonl").open("w", encoding="utf-8") as handle:

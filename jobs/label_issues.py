@@ -7,8 +7,14 @@ by a model that never saw it, from k-fold cross-validation) and the given labels
    labelled ``j`` (the model's average self-confidence on that class).
 2. An example's *confident label* is the most probable class among those whose probability
    reaches their own threshold; it has none when no class does.
+   Where two or more classes pass their thresholds, the most probable of them is taken — the
+   reference method's choice (Northcutt et al., section 3.1; cleanlab's confident joint does the
+   same): a class with a low threshold cannot outvote a more probable one just by passing it.
 3. An example is a *label issue* when it has a confident label and that label is not the given one
-   (an off-diagonal entry of the confident joint).
+   (an off-diagonal entry of the confident joint), unless the most probable class is the given
+   label: with a threshold below 0.5 a class can pass it while the given label is still the model's
+   first choice, and such an example is not an issue (as in cleanlab, whose ``_reduce_issues``
+   removes them; keeping them doubled the flagged set of a measured audit).
 4. Issues are ranked by label quality, lowest first: the self-confidence ``p[given]``, or the
    normalised margin ``(p[given] - max_{k != given} p[k] + 1) / 2``; both lie in [0, 1].
 
@@ -117,7 +123,8 @@ def find_label_issues(probs: np.ndarray, labels: np.ndarray, method: str = SELF_
         thresholds = class_thresholds(probs, labels)
     confident = confident_labels(probs, thresholds)
     quality = label_quality(probs, labels, method)
-    flagged = np.flatnonzero((confident >= 0) & (confident != labels))
+    predicted = probs.argmax(axis=1)
+    flagged = np.flatnonzero((confident >= 0) & (confident != labels) & (predicted != labels))
     order = flagged[np.lexsort((flagged, quality[flagged]))]  # ties: file order
     return [LabelIssue(index=int(i), given=int(labels[i]), suggested=int(confident[i]),
                        confidence=float(probs[i, confident[i]]), quality=float(quality[i])) for i in order]

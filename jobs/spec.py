@@ -74,9 +74,12 @@ class TrainSpec:
     objective: str = "mlm"  # mlm | mlm+nsp (masked-lm task only)
     precision: str = "auto"  # auto | fp32 | fp16 | bf16
     # Which checkpoint is kept: the best main metric, the lowest validation loss, or the last one.
-    # An audit's folds use "loss": a tie in accuracy (common on a small validation split) would keep
-    # the earliest, least confident checkpoint, and an audit needs well-fitted probabilities.
-    select_by: str = "metric"  # metric | loss | last
+    # "auto": the loss when the data is small (jobs.hyperparameters), else the metric. A tie in accuracy
+    # (common on a small validation split) would keep the earliest, least confident checkpoint.
+    select_by: str = "auto"  # auto | metric | loss | last
+    # Text classification: fine-tune the encoder with a classification head, or SetFit (contrastive
+    # pairs + a logistic-regression head); "auto" picks SetFit below ~50 examples per class.
+    method: str = "auto"  # auto | finetune | setfit
 
 
 @dataclasses.dataclass
@@ -101,8 +104,13 @@ class RunSpec:
             raise ConfigError(f"unknown objective {self.train.objective!r}; choose mlm or mlm+nsp")
         if self.train.objective == "mlm+nsp" and self.task != "masked-lm":
             raise ConfigError("the mlm+nsp objective belongs to the masked-lm task")
-        if self.train.select_by not in ("metric", "loss", "last"):
-            raise ConfigError(f"unknown select_by {self.train.select_by!r}; choose metric, loss or last")
+        if self.train.select_by not in ("auto", "metric", "loss", "last"):
+            raise ConfigError(f"unknown select_by {self.train.select_by!r}; choose auto, metric, loss or last")
+        if self.train.method not in ("auto", "finetune", "setfit"):
+            raise ConfigError(f"unknown method {self.train.method!r}; choose auto, finetune or setfit")
+        if self.train.method == "setfit" and (self.task != "text-classification" or self.lora.enabled):
+            raise ConfigError("the setfit method trains text classification without LoRA; "
+                              "choose method finetune for this run")
         if self.procs is not None and (not isinstance(self.procs, int) or self.procs < 1):
             raise ConfigError(f"procs must be a whole number of processes, at least 1 (got {self.procs!r})")
 

@@ -85,3 +85,65 @@ def test_a_single_epoch_is_evaluated_once_at_the_end():
     assert evaluations_during_training(thorough_one, 313) == 1  # early stopping needs its evaluations
     by_steps = resolve_hyperparameters(_spec(preset="quick", max_steps=8, eval_steps=2), SMALL, 5000)
     assert evaluations_during_training(by_steps, 250) == 4
+
+
+# ---- small data: a floor on optimiser steps, early stopping on the validation loss (issue: defaults that learn)
+
+@pytest.mark.parametrize("n,preset,epochs", [
+    (270, "standard", 12),    # 34 steps an epoch at batch 8: 12 epochs reach the 400-step floor
+    (90, "standard", 30),     # 12 steps an epoch: the floor would need 34, capped at MAX_EPOCHS
+    (1350, "standard", 3),    # 169 steps an epoch: 3 epochs are 507 steps, above the floor
+    (2000, "quick", 1),       # quick on large data stays one epoch of its 2,000-example sample
+    (100_000, "quick", 1),
+    (900, "quick", 3),        # 113 steps an epoch: 250 steps need 3
+    (270, "thorough", 18),    # 600 steps
+])
+def test_small_sets_get_enough_epochs_to_reach_the_step_floor(n, preset, epochs):
+    import math
+
+    from jobs.hyperparameters import MIN_STEPS
+
+    hp = resolve_hyperparameters(_spec(preset=preset, method="finetune"), SMALL, n)
+    assert hp["epochs"] == epochs
+    steps = math.ceil(n / hp["batch_size"]) * hp["epochs"]
+    assert steps >= MIN_STEPS[preset] or hp["epochs"] == 30
+
+
+def test_a_raised_floor_stops_early_on_the_validation_loss_and_says_why():
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270)
+    assert hp["early_stopping_patience"] == 3 and hp["select_by"] == "loss"
+    assert hp["why"].startswith("270 examples: 12 epoch(s), 408 steps, lr ")
+    assert "at least 400 steps" in hp["why"] and "early stopping" in hp["why"]
+    large = resolve_hyperparameters(_spec(method="finetune"), SMALL, 10_000)
+    assert large["early_stopping_patience"] == 0 and large["select_by"] == "metric"
+    assert "at least" not in large["why"]
+
+
+def test_explicit_epochs_steps_patience_and_selection_switch_the_floor_off():
+    assert resolve_hyperparameters(_spec(epochs=1), SMALL, 270)["epochs"] == 1.0
+    hp = resolve_hyperparameters(_spec(max_steps=50), SMALL, 270)
+    assert hp["max_steps"] == 50 and hp["early_stopping_patience"] == 0
+    hp = resolve_hyperparameters(_spec(early_stopping_patience=1, select_by="metric"), SMALL, 270)
+    assert hp["epochs"] == 12 and hp["early_stopping_patience"] == 1 and hp["select_by"] == "metric"
+
+
+def test_small_data_learning_rate_follows_the_model_size():
+    from jobs.hyperparameters import _SMALL_DATA_LR
+
+    small = resolve_hyperparameters(_spec(), SMALL, 270)["learning_rate"]
+    base = resolve_hyperparameters(_spec(), BASE, 270)["learning_rate"]
+    assert small == max(5e-5, _SMALL_DATA_LR[0]) and base == max(3e-5, _SMALL_DATA_LR[1]) and small > base
+    assert resolve_hyperparameters(_spec(learning_rate=1e-5), SMALL, 270)["learning_rate"] == 1e-5
+    # token classification keeps its own (higher) rate for small models
+    assert resolve_hyperparameters(_spec("token-classification"), SMALL, 270)["learning_rate"] == 1e-4
+
+
+def test_setfit_hyperparameters_scale_pairs_with_the_data_within_a_budget():
+    from jobs.hyperparameters import SETFIT_MAX_STEPS, SETFIT_MIN_STEPS
+
+    tiny = resolve_hyperparameters(_spec(), SMALL, 20, method="setfit")
+    assert tiny["method"] == "setfit" and tiny["max_steps"] == SETFIT_MIN_STEPS and tiny["learning_rate"] == 2e-5
+    assert resolve_hyperparameters(_spec(), SMALL, 100, method="setfit")["max_steps"] == 250  # 40 pairs x 100 / 16
+    assert resolve_hyperparameters(_spec(), SMALL, 5000, method="setfit")["max_steps"] == SETFIT_MAX_STEPS
+    assert resolve_hyperparameters(_spec(max_steps=7), SMALL, 5000, method="setfit")["max_steps"] == 7
+    assert "SetFit" in tiny["why"]

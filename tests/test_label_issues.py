@@ -38,6 +38,28 @@ def test_issues_are_the_confidently_predicted_other_labels_ranked_by_self_confid
     assert 3 not in {i.index for i in issues}
 
 
+def test_a_class_over_a_threshold_below_one_half_does_not_flag_the_models_first_choice():
+    """Hand-computed: class 2's threshold is 0.3. Example 0 is labelled 0 with p = (0.45, 0.2, 0.35): class 2
+    passes its bar (0.35 >= 0.3) and class 0 does not (0.45 < 0.6), so its confident label is 2; but the
+    most probable class is the given one, so it is not an issue (cleanlab drops it too). Example 1 has the
+    same confident label and its given class is not the first choice: an issue."""
+    probs = np.array([[0.45, 0.20, 0.35],   # given 0, first choice 0, confident 2 → kept
+                      [0.30, 0.30, 0.40],   # given 0, first choice 2, confident 2 → issue
+                      [0.90, 0.05, 0.05],   # given 0 → fine
+                      [0.05, 0.90, 0.05],   # given 1 → fine
+                      [0.10, 0.60, 0.30],   # given 2, p(2) 0.30
+                      [0.40, 0.30, 0.30]])  # given 2, p(2) 0.30
+    labels = np.array([0, 0, 0, 1, 2, 2])
+    thresholds = li.class_thresholds(probs, labels)
+    assert thresholds.tolist() == pytest.approx([(0.45 + 0.30 + 0.90) / 3, 0.90, 0.30])  # 0.55, 0.9, 0.3
+    assert li.confident_labels(probs, thresholds).tolist() == [2, 2, 0, 1, 2, 2]
+    issues = li.find_label_issues(probs, labels)
+    assert [(i.index, i.given, i.suggested) for i in issues] == [(1, 0, 2)]
+    # where classes 0 and 2 both pass (row 5: 0.40 < 0.55, so only 2), the most probable passing class is taken
+    two = np.array([[0.58, 0.02, 0.40]])
+    assert li.confident_labels(two, thresholds).tolist() == [0]
+
+
 def test_normalized_margin_ranks_by_the_gap_to_the_best_other_class():
     probs = np.array([[0.5, 0.4, 0.1], [0.2, 0.1, 0.7], [0.3, 0.6, 0.1]])
     labels = np.array([0, 0, 0])

@@ -22,6 +22,18 @@ def tiny_bert(folder: Path) -> Path:
     return folder
 
 
+def tiny_sentence_model(folder: Path) -> Path:
+    """``tiny_bert`` as a sentence-transformers folder (mean pooling, normalised), as SetFit takes it."""
+    from sentence_transformers import SentenceTransformer, models
+
+    if (folder / "modules.json").is_file():
+        return folder
+    body = models.Transformer(str(tiny_bert(folder.parent / (folder.name + "-bert"))), max_seq_length=64)
+    pooling = models.Pooling(body.get_word_embedding_dimension(), pooling_mode="mean")
+    SentenceTransformer(modules=[body, pooling, models.Normalize()]).save(str(folder))
+    return folder
+
+
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path

@@ -8,6 +8,7 @@ import typer
 from workbench.cli import app, emit
 from workbench.context import open_workbench
 from workbench.playground import service
+from workbench.services import runs as runs_service
 from workbench.settings import Settings
 
 
@@ -43,6 +44,10 @@ def publish(
         lines = [f"published run {run_id} as {info.slug}", f"page: {link}", f"API:  POST {base}{info.api_path}"]
         if info.token:
             lines.append(f"token: {info.token}  (shown once; only its hash is stored)")
+        warning = runs_service.learned_warning(wb, run_id)
+        if warning:
+            typer.echo(f"warning: run {run_id} {warning}", err=True)
+            payload["warning"] = warning
         emit(payload, as_json, "\n".join(lines))
         if standalone:
             from workbench.playground.standalone import serve_standalone

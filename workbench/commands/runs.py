@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 from workbench.cli import emit, runs_app
 from workbench.context import open_workbench
@@ -21,6 +22,10 @@ def _format_row(run: dict) -> str:
     values = run["metrics"] or {}
     metrics = ", ".join(f"{k}={values[k]:.4g}" for k in HEADLINE_METRICS.get(run["task"], ())
                         if isinstance(values.get(k), (int, float)))
+    best = baselines.best(values)
+    if metrics and best is not None:
+        mark = " (did not learn)" if baselines.status(values) == baselines.DID_NOT_LEARN else ""
+        metrics += f" (baseline {best:.4g}){mark}"
     progress = f"{run['progress'] * 100:5.1f}%"
     phase = fmt.phase_text(run)
     return (f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
@@ -53,7 +58,11 @@ def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print 
     timing = fmt.estimate_line(run)
     if timing:
         lines.append(f"time: {timing}")
-    lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items())]
+    lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items()) if k not in ("baselines", "verdict")]
+    if baselines.summary(run["metrics"]):
+        lines.append(f"baselines on the same validation split: {baselines.summary(run['metrics'])}")
+    if baselines.warning(run["metrics"]):
+        lines.append(f"warning: this run {baselines.warning(run['metrics'])}")
     if run["error"]:
         lines.append(f"error: {run['error']}")
     emit(run, as_json, "\n".join(lines))

@@ -78,6 +78,8 @@ def _summary(sweep: dict[str, Any]) -> str:
     if best:
         lines.append(f"best: trial {best['trial']} (run {best['run_id']}) {sweep['metric']}={best['value']:.4g}  "
                      f"{format_params(best['params'])}")
+    if sweep.get("verdict"):
+        lines.append(f"warning: {sweep['verdict']}")
     lines.append(f"{'trial':>5}  {'run':>5}  {'state':<10} {'value':>8}  params")
     for t in sweep["trials"]:
         value = f"{t['value']:.4g}" if isinstance(t["value"], (int, float)) else "-"

@@ -38,7 +38,7 @@ def _dataset_id(wb, value: str, task: str, validation: Optional[str] = None) -> 
 
 
 def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epochs, lr, batch_size, max_length,
-               lora, procs: Optional[int] = None):
+               lora, procs: Optional[int] = None, method: Optional[str] = None):
     """Config file first, flags over it; data paths become dataset ids."""
     from jobs.spec import RunSpec
     from workbench.services import datasets
@@ -52,7 +52,7 @@ def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epoc
     if model:
         raw["model"] = model
     for key, value in (("epochs", epochs), ("learning_rate", lr), ("batch_size", batch_size),
-                       ("max_length", max_length)):
+                       ("max_length", max_length), ("method", method)):
         if value is not None:
             train[key] = value
     if lora:
@@ -86,6 +86,9 @@ def train(
     batch_size: Optional[int] = typer.Option(None, "--batch-size"),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     lora: bool = typer.Option(False, "--lora", help="Train LoRA adapters instead of all weights."),
+    method: Optional[str] = typer.Option(None, "--method",
+                                         help="Text classification: auto (SetFit below ~50 examples per class), "
+                                              "finetune or setfit."),
     procs: Optional[int] = typer.Option(None, "--procs",
                                         help="Data-parallel processes on a CPU worker (default: the worker's "
                                              "--procs / WORKBENCH_CPU_PROCS); --batch-size is per process."),
@@ -100,7 +103,7 @@ def train(
     with open_workbench() as wb:
         spec = build_spec(wb, _load_config(config), task=task, data=data, eval_data=eval_data, model=model,
                           epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora,
-                          procs=procs)
+                          procs=procs, method=method)
         run_id = runs.submit_run(wb, spec)
         estimate = runs.get_run(wb, run_id).get("estimate")
         if estimate and not as_json:
@@ -113,6 +116,9 @@ def train(
         if not as_json:
             typer.echo(str(run_id))
         record = _wait(wb, run_id, runs)
+        warning = runs.learned_warning(wb, run_id) if record["status"] == "succeeded" else ""
+    if warning and not as_json:
+        typer.echo(f"warning: run {run_id} {warning}", err=True)
     final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
              "output_dir": record["output_dir"]}
     metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))

@@ -52,7 +52,9 @@ def card_markdown(card: dict[str, Any], kind: str) -> str:
     date = f" · {card['date']}" if card["date"] else ""
     return (f"# {card['title']}\n"
             f"**{TASK_TITLES.get(kind, kind)}** with `{card['base_model']}`, fine-tuned on {trained}{date}\n\n"
-            f"Validation scores: {metrics}")
+            f"Validation scores: {metrics}"
+            + (f"  \nBaselines on the same split: {card['baselines']}" if card.get("baselines") else "")
+            + (f"\n\n⚠ This model {card['verdict']}" if card.get("verdict") else ""))
 
 
 def fields_of(kind: str) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from jobs.setfit_method import is_setfit_model, load_classifier
 from workbench.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -220,8 +221,11 @@ class Predictor:
             raise ConfigError(f"unknown playground kind {kind!r}")
         self.kind, self.device, self.model_dir = kind, device, Path(model_dir)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-        model_class = getattr(transformers, _MODEL_CLASSES[kind])
-        self.model = model_class.from_pretrained(str(model_dir), attn_implementation="eager").to(device).eval()
+        if kind == TEXT and is_setfit_model(model_dir):
+            self.model = load_classifier(model_dir, attn_implementation="eager").to(device).eval()
+        else:
+            model_class = getattr(transformers, _MODEL_CLASSES[kind])
+            self.model = model_class.from_pretrained(str(model_dir), attn_implementation="eager").to(device).eval()
         self.max_length = int(min(512, self.tokenizer.model_max_length or 512,
                                   getattr(self.model.config, "max_position_embeddings", 512) or 512))
         self.id2label = {int(k): v for k, v in (self.model.config.id2label or {}).items()}

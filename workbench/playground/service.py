@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
+from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 from storage.models import SUCCEEDED, Dataset, Playground, Run
 from workbench.context import Workbench
@@ -225,8 +226,8 @@ def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
             name = data.get("name") or (train_path.parent.name if train_path else "unknown")
             val = Path(data["validation_path"]) if data.get("validation_path") else None
             n_train, n_val = _count_lines(train_path), _count_lines(val)
-        metrics = _scalar_metrics(run.metrics) or _scalar_metrics(_read_json(target.output_dir / "metrics.json"))
-        metrics = card_metrics(run.task, metrics)
+        raw = run.metrics or _read_json(target.output_dir / "metrics.json") or {}
+        metrics = card_metrics(run.task, _scalar_metrics(raw))
         date = run.finished_at or run.created_at
         return {
             "title": run.name or f"{run.task} model (run {run.id})",
@@ -236,6 +237,9 @@ def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
             "train_examples": n_train,
             "validation_examples": n_val,
             "metrics": metrics,
+            # what the score means: the same split scored by a majority class and a TF-IDF model
+            "baselines": baselines.summary(raw),
+            "verdict": baselines.warning(raw),
             "date": date.strftime("%Y-%m-%d %H:%M UTC") if date else "",
         }
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 from sqlalchemy import select
 
-from jobs import label_issues
+from jobs import baselines, label_issues
 from jobs import queue
 from jobs.engine import HELDOUT_FILE
 from jobs.spec import DEFAULT_MODEL, DataSpec, LoraSpec, RunSpec, TrainSpec
@@ -197,7 +197,14 @@ def _state(audit: Audit, runs: list[Run]) -> tuple[str, str]:
     if audit.summary is not None:
         message = f"{audit.summary['issues']} suspicious of {audit.summary['examples']} examples"
         accuracy = audit.summary.get("held_out_accuracy")
-        if accuracy is not None and accuracy < WEAK_HELD_OUT_ACCURACY:
+        found = audit.summary.get("baselines") or {}
+        if accuracy is not None and found and audit.summary.get("beats_baseline") is False:
+            name, value = max(found.items(), key=lambda item: item[1])
+            message += (f"; the fold models' held-out accuracy ({accuracy:.2f}) does not beat a "
+                        f"{baselines.NAMES.get(name, name)} baseline ({value:.2f}) on the same folds, so the "
+                        "suggestions are guesses, not evidence: use more folds, the standard preset or the "
+                        "SetFit method, or more data")
+        elif accuracy is not None and accuracy < WEAK_HELD_OUT_ACCURACY:
             message += (f"; the fold models' held-out accuracy is {accuracy:.2f}, too low to trust their "
                         "suggestions: use more data per fold, the standard preset or a stronger model")
         return FINISHED, message
@@ -357,14 +364,36 @@ def _rank(wb: Workbench, audit_id: int) -> None:
     tmp.replace(folder / ISSUES_FILE)
     # How good the fold models were on what they never saw: suggestions of a weak model are guesses.
     held_out_accuracy = float((oos["probs"].argmax(axis=1) == oos["given"]).mean()) if len(oos["given"]) else 0.0
+    found = held_out_baselines(oos)
     summary = {"issues": len(rows), "examples": len(oos["records"]), "labels": oos["labels"],
                "method": method, "words": int(len(oos["probs"])) if oos["task"] == "token-classification" else None,
-               "held_out_accuracy": round(held_out_accuracy, 4)}
+               "held_out_accuracy": round(held_out_accuracy, 4), "baselines": found,
+               "beats_baseline": held_out_accuracy > max(found.values()) + baselines.MARGIN}
     with wb.db.session() as session:
         audit = _require(session, audit_id)
         if audit.summary is None:
             audit.summary, audit.finished_at = summary, utcnow()
     log.info("audit %s ranked: %d suspicious of %d examples", audit_id, len(rows), len(oos["records"]))
+
+
+def held_out_baselines(oos: dict[str, Any]) -> dict[str, float]:
+    """The baselines' held-out accuracy on the audit's own folds: each fold predicted by a majority class and,
+    for text classification, a TF-IDF + logistic regression fitted on the other folds (``jobs.baselines``).
+    Token tagging: the most frequent tag, per word. Fold models that do not beat these have learned nothing
+    a reviewer should act on."""
+    given = oos["given"]
+    if not len(given):
+        return {baselines.MAJORITY: 0.0}
+    if oos["task"] != "text-classification":
+        return {baselines.MAJORITY: round(float(np.bincount(given).max() / len(given)), 4)}
+    records, folds = oos["records"], np.asarray(oos["fold"])
+    hits = {baselines.MAJORITY: 0.0, baselines.TFIDF: 0.0}
+    for fold in np.unique(folds):
+        held = [r for r, f in zip(records, folds) if f == fold]
+        found = baselines.fit_baselines([r for r, f in zip(records, folds) if f != fold], held, multi_label=False)
+        for name in hits:
+            hits[name] += found[name]["accuracy"] * len(held)
+    return {name: round(total / len(records), 4) for name, total in hits.items()}
 
 
 def _where(key: str) -> tuple[str, int]:

@@ -51,36 +51,68 @@ def expected_device(setting: str) -> str:
     return "cuda" if detect_gpus("auto") else "cpu"
 
 
-def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> tuple[int, int, Optional[float]]:
-    """(training records, validation records, mean tokens per example) of a stored dataset."""
+def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> dict[str, Any]:
+    """Training and validation records, mean tokens per example and labels of a stored dataset."""
+    shape: dict[str, Any] = {"train": 0, "validation": 0, "tokens": None, "classes": 0, "multi_label": False,
+                             "pairs": False}
     if not dataset_id:
-        return 0, 0, None
+        return shape
     with wb.db.session() as session:
         dataset = session.get(Dataset, dataset_id)
         if dataset is None:
-            return 0, 0, None
-        tokens = ((dataset.stats or {}).get("token_stats") or {}).get("mean")
-        return int(dataset.num_train or 0), int(dataset.num_validation or 0), float(tokens) if tokens else None
+            return shape
+        stats = dataset.stats or {}
+        tokens = (stats.get("token_stats") or {}).get("mean")
+        columns = stats.get("columns") or {}
+        options = stats.get("options") or {}
+        return {"train": int(dataset.num_train or 0), "validation": int(dataset.num_validation or 0),
+                "tokens": float(tokens) if tokens else None, "classes": len(dataset.labels or {}),
+                "multi_label": bool(columns.get("label_separator")
+                                    or (options.get("columns") or {}).get("label_separator")),
+                "pairs": bool(columns.get("text_pair"))}
 
 
-def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int) -> dict[str, Any]:
+def plan_method(spec: RunSpec, n_train: int, shape: Optional[dict[str, Any]] = None) -> tuple[str, str]:
+    """The method the engine will choose for ``spec`` on a dataset of this shape (see ``choose_method``)."""
+    shape = shape or {}
+    if spec.task != "text-classification":
+        return "finetune", ""
+    cap = hyperparameters.train_examples_cap(spec.train.preset, spec.train.max_train_examples)
+    n_used = hyperparameters.examples_used(n_train, cap)
+    return hyperparameters.choose_method(spec.task, spec.train.method, n_used, shape.get("classes") or 2,
+                                         multi_label=bool(shape.get("multi_label") or spec.train.multi_label),
+                                         pairs=bool(shape.get("pairs")), lora=spec.lora.enabled,
+                                         sentence_model=bool(shape.get("sentence_model", True)))
+
+
+def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
+             shape: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What the run will do: examples seen in training, evaluations, checkpoints, validation examples."""
     info = catalogue.ModelInfo("x", "x", "x", 0, 0, 0, parameters)
-    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train)
+    method, why = plan_method(spec, n_train, shape)
+    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method)
+    if why:
+        hp["why"] += f" ({why})"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])
     if not n_validation:  # the engine holds out 10% when the dataset has no validation split
         n_validation = max(1, used // 10)
+    if method == "setfit":  # pairs of texts, no evaluation or checkpoint before the end
+        return {"train_examples": used, "examples_seen": 2 * hp["max_steps"] * hp["batch_size"],
+                "steps": hp["max_steps"], "evaluations": 0, "checkpoints": 0, "validation_examples": n_validation,
+                "hp": hp, "method": method}
     per_epoch = max(1, math.ceil(math.ceil(used / hp["batch_size"]) / hp["gradient_accumulation_steps"]))
     steps = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
     examples = min(used * hp["epochs"], steps * hp["batch_size"] * hp["gradient_accumulation_steps"])
     evaluations = hyperparameters.evaluations_during_training(hp, per_epoch)
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
             # a checkpoint at each evaluation; a single epoch still saves one at its end
-            "checkpoints": evaluations or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp}
+            "checkpoints": evaluations or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
+            "method": method}
 
 
-def _history(wb: Workbench, model: str, task: str, kind: str) -> list[dict[str, Any]]:
-    """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``."""
+def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "finetune") -> list[dict[str, Any]]:
+    """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``
+    trained with ``method`` (a SetFit run's time says nothing about fine-tuning's)."""
     stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at)
             .outerjoin(Dataset, Run.dataset_id == Dataset.id)
             .where(Run.status == SUCCEEDED, Run.model == model, Run.task == task)
@@ -90,6 +122,8 @@ def _history(wb: Workbench, model: str, task: str, kind: str) -> list[dict[str, 
         for metrics, stats, started, finished in session.execute(stmt):
             metrics = metrics or {}
             if device_kind(metrics.get("device")) != kind or not metrics.get("samples_per_second"):
+                continue
+            if metrics.get("method", "finetune") != method:
                 continue
             if metrics.get("final_eval_seconds") is None:
                 continue  # trained before runs recorded the parts of their time
@@ -133,9 +167,9 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
                  n_validation: Optional[int] = None, mean_tokens: Optional[float] = None) -> Optional[dict[str, Any]]:
     """Seconds (point, low, high) and their parts for ``spec`` on this machine; None when the size of the
     data or of the model is unknown. ``basis`` says whether past runs calibrated it."""
-    stored_train, stored_validation, stored_tokens = _dataset_shape(wb, spec.data.dataset_id)
-    n_train, n_validation = n_train or stored_train, n_validation or stored_validation
-    mean_tokens = mean_tokens or stored_tokens
+    shape = _dataset_shape(wb, spec.data.dataset_id)
+    n_train, n_validation = n_train or shape["train"], n_validation or shape["validation"]
+    mean_tokens = mean_tokens or shape["tokens"]
     if not n_train:
         return None
     try:
@@ -144,9 +178,10 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
         return None
     if not info.parameters:
         return None
-    plan = run_plan(spec, info.parameters, n_train, n_validation)
+    shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
+    plan = run_plan(spec, info.parameters, n_train, n_validation, shape)
     kind = expected_device(spec_device(wb))
-    history = _history(wb, spec.model, spec.task, kind)
+    history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
         rates = [_rates(m, mean_tokens) for m in history]
         parts = _seconds(plan, {k: statistics.median(r[k] for r in rates) for k in rates[0]})
@@ -167,7 +202,8 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
             "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "calibrated": bool(history),
             "runs": len(history), "device": kind, "examples_seen": plan["examples_seen"],
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
-            "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"]}
+            "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"],
+            "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
 
 
 def spec_device(wb: Workbench) -> str:

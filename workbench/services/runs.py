@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 
 from sqlalchemy import String, cast, func, or_, select
 
-from jobs import queue
+from jobs import baselines, queue
 from jobs.failures import log_tail
 from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
@@ -143,6 +143,14 @@ def get_run(wb: Workbench, run_id: int) -> dict[str, Any]:
         record.update(dataset=dataset, artifacts=[{"kind": a.kind, "path": a.path, "size_bytes": a.size_bytes}
                                                   for a in run.artifacts])
     return _row_dict(record)
+
+
+def learned_warning(wb: Workbench, run_id: int) -> str:
+    """"did not learn: …" / "below a TF-IDF … baseline: …" for a run that did not beat its baselines, else ""
+    (said before a playground is published, and in every view of the run's score)."""
+    with wb.db.session() as session:
+        run = _require(session, run_id)
+        return baselines.warning(run.metrics)
 
 
 def run_curves(wb: Workbench, run_id: int) -> dict[str, list[dict[str, Any]]]:

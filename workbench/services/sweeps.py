@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from sqlalchemy import select, update
 
-from jobs import queue
+from jobs import baselines, queue
 from jobs import sweeps as engine
 from jobs.sweep_spec import SweepSpec
 from storage.models import (CANCELLED, FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLING, SWEEP_RUNNING, Run,
@@ -80,8 +80,26 @@ def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, 
                      "value": trial.value if trial.value is not None else metrics.get(spec.metric),
                      "last_reported": last, "steps_reported": len(intermediate),
                      "progress": float(run.progress or 0.0) if run else 0.0,
-                     "error": run.error if run else None})
+                     "error": run.error if run else None,
+                     # did the trial's model beat its baselines (jobs.baselines); "" before it finishes
+                     "learned": baselines.status(metrics), "baseline": baselines.best(metrics)})
     return rows
+
+
+def sweep_verdict(rows: list[dict[str, Any]]) -> str:
+    """A sentence when no finished trial beat its baselines (empty otherwise, and before any trial has one):
+    the best of such a sweep is the luckiest of several models that learned nothing."""
+    judged = [r for r in rows if r.get("learned")]
+    if not judged or any(r["learned"] == baselines.LEARNED for r in judged):
+        return ""
+    stuck = sum(r["learned"] == baselines.DID_NOT_LEARN for r in judged)
+    top = max((r["baseline"] for r in judged if r.get("baseline") is not None), default=None)
+    what = (f"{stuck} of {len(judged)} finished trial(s) did not learn (majority class or one label) and "
+            "none beats the baselines" if stuck else f"none of the {len(judged)} finished trial(s) beats the "
+                                                     "TF-IDF + logistic regression baseline")
+    return (f"No trial learned: {what}" + (f" (best baseline {top:.3f})" if top is not None else "")
+            + ". Try more epochs (or leave epochs automatic), a learning-rate range from 5e-5 up, the SetFit "
+              "method for few examples per class, or more labelled data.")
 
 
 def _best(rows: list[dict[str, Any]], direction: str) -> Optional[dict[str, Any]]:
@@ -104,7 +122,8 @@ def get_sweep(wb: Workbench, sweep_id: int) -> dict[str, Any]:
             "study_name": sweep.study_name, "metric": spec.metric, "direction": spec.direction,
             "n_trials": spec.n_trials, "parallelism": spec.parallelism, "pruner": spec.pruner,
             "created_at": _iso(sweep.created_at), "finished_at": _iso(sweep.finished_at),
-            "counts": counts, "best": _best(rows, spec.direction), "trials": rows, "spec": spec.to_dict()}
+            "counts": counts, "best": _best(rows, spec.direction), "trials": rows, "spec": spec.to_dict(),
+            "verdict": sweep_verdict(rows)}
 
 
 def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:

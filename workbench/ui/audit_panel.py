@@ -15,6 +15,7 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
+from jobs import baselines
 from jobs.spec import DEFAULT_MODEL
 from workbench.errors import WorkbenchError
 from workbench.services import audits
@@ -59,9 +60,17 @@ def status_html(record: Optional[dict[str, Any]]) -> str:
     summary = record.get("summary") or {}
     if record["state"] == audits.FINISHED and summary.get("held_out_accuracy") is not None:
         what = "word accuracy" if record["task"] == "token-classification" else "accuracy"
-        extra = (f"<p>The fold models' held-out {what}: <b>{summary['held_out_accuracy']:.3f}</b>"
-                 + (" — low: their suggestions are guesses; try a stronger preset or model."
-                    if summary["held_out_accuracy"] < audits.WEAK_HELD_OUT_ACCURACY else "") + "</p>")
+        found = summary.get("baselines") or {}
+        against = " · ".join(f"{baselines.NAMES.get(k, k)} {v:.3f}" for k, v in found.items())
+        if summary.get("beats_baseline") is False:
+            verdict = (" — <b>no better than a baseline on the same folds: the suggestions below are guesses, "
+                       "not evidence.</b> Try more folds, the standard preset, the SetFit method or more data.")
+        elif summary["held_out_accuracy"] < audits.WEAK_HELD_OUT_ACCURACY:
+            verdict = " — low: their suggestions are guesses; try a stronger preset or model."
+        else:
+            verdict = ""
+        extra = (f"<p id='audit-held-out'>The fold models' held-out {what}: <b>{summary['held_out_accuracy']:.3f}</b>"
+                 + (f" (baselines on the same folds: {html.escape(against)})" if against else "") + verdict + "</p>")
     return (f"<div id='audit-state' data-state='{record['state']}'>"
             f"<p><b>Audit {record['id']}</b> of {html.escape(str(record.get('dataset') or record['dataset_id']))}: "
             f"{html.escape(record['message'])}</p>"

@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from jobs import baselines
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -39,8 +40,12 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     labels = [f"#{r['id']} {fmt.run_name(r)}" for r in runs]
     metric_keys = quality_metrics(runs)
     metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
-                             *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys]]
-                            for label, r in zip(labels, runs)], columns=["Run", "Status", "Model", *metric_keys])
+                             *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys],
+                             baselines.summary(r.get("metrics")) or fmt.MISSING,
+                             baselines.warning(r.get("metrics")) or ("beats the baselines"
+                                                                     if baselines.summary(r.get("metrics")) else fmt.MISSING)]
+                            for label, r in zip(labels, runs)],
+                           columns=["Run", "Status", "Model", *metric_keys, "Baselines (same split)", "Verdict"])
     # None in a spec means "the engine chooses": show what it chose once the run has recorded it.
     resolved = [runs_service.read_run_hyperparameters(r.get("output_dir")) for r in runs]
     diff_rows = [[key, *[fmt.shown_setting(key, v, hp) for v, hp in zip(values, resolved)]]

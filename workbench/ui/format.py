@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 
 ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
@@ -110,6 +111,29 @@ def format_metric(value: Any) -> str:
 def main_metric_text(task: str, metrics: Mapping[str, Any] | None) -> str:
     found = main_metric(task, metrics)
     return f"{found[0]} {format_metric(found[1])}" if found else MISSING
+
+
+def metric_cell(task: str, metrics: Mapping[str, Any] | None) -> str:
+    """The Runs table's score: the main metric, the stronger baseline beside it, ⚠ when the run did not beat it."""
+    text = main_metric_text(task, metrics)
+    best = baselines.best(metrics)
+    if text == MISSING or best is None:
+        return text
+    mark = "⚠ " if baselines.status(metrics) in (baselines.DID_NOT_LEARN, baselines.BELOW_BASELINE) else ""
+    return f"{mark}{text} (baseline {best:.3f})"
+
+
+def baseline_html(metrics: Mapping[str, Any] | None) -> str:
+    """The run header's lines: the baselines on the same split, and the verdict when the run did not beat them."""
+    line = baselines.summary(metrics)
+    if not line:
+        return ""
+    out = (f"<p class='wb-muted' id='run-baselines'>Baselines on the same validation split: "
+           f"{html.escape(line)}</p>")
+    warning = baselines.warning(metrics)
+    if warning:
+        out += f"<div class='wb-error' id='run-verdict'><b>⚠ This run {html.escape(warning)}</b></div>"
+    return out
 
 
 def run_name(run: Mapping[str, Any]) -> str:
@@ -214,7 +238,7 @@ def run_row(run: Any) -> list[Any]:
         " · ".join(b for b in (status_label(str(run.get("status", ""))), phase_text(run)) if b),
         progress_bar(run.get("progress")),
         eta_text(run),
-        main_metric_text(str(run.get("task", "")), run.get("metrics")),
+        metric_cell(str(run.get("task", "")), run.get("metrics")),
         model_name(run.get("model")),
         dataset_name(run),
         format_time(run.get("created_at")),

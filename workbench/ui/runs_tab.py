@@ -108,6 +108,7 @@ def run_header(run: dict[str, Any]) -> str:
     timing = fmt.estimate_line(run)
     if timing:
         body += f"<p class='wb-muted' id='run-estimate'>{fmt.html.escape(timing)}</p>"
+    body += fmt.baseline_html(run.get("metrics"))
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
@@ -300,11 +301,13 @@ def publish_playground(wb, run_id: Any, with_token: bool) -> str:
         raise gr.Error("Pick a run first (click its row in the table).")
     info = service.publish(wb, rid, token=service.new_token() if with_token else None)
     path = info.url_path
+    warning = runs_service.learned_warning(wb, rid)
+    caution = f"\n\n⚠ This run {warning}" if warning else ""
     if not info.token:
         return (f"✔ Playground published: [{path}]({path}) — share this link; it opens only the playground, "
-                "never the workbench. Anyone with the link can use it.")
+                "never the workbench. Anyone with the link can use it." + caution)
     with_link = f"{path}?token={info.token}"
-    return (f"✔ Playground published: [{path}]({path}), protected by an access token.\n\n"
+    return (f"✔ Playground published: [{path}]({path}), protected by an access token.{caution}\n\n"
             f"**Token (shown only now, it is not stored — copy it):** `{info.token}`\n\n"
             f"Link that opens it with the token: [{with_link}]({with_link}) · API: "
             f"`POST {info.api_path}` with `Authorization: Bearer {info.token}`")
@@ -496,7 +499,14 @@ def build(wb) -> RunsTab:
                     gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)))
 
         share_outputs = [share_status, share_list, share_slug, share_unpublish]
-        run_id.change(lambda rid: share_values(rid, ""), [run_id], share_outputs, show_progress="hidden")
+        def before_publishing(rid):
+            """Said in the Share tab before anyone publishes a run that did not beat its baselines."""
+            chosen = selected_run(rid)
+            warning = runs_service.learned_warning(wb, chosen) if chosen is not None else ""
+            return f"⚠ Before you publish: this run {warning}" if warning else ""
+
+        run_id.change(lambda rid: share_values(rid, inline(before_publishing, rid)), [run_id], share_outputs,
+                      show_progress="hidden")
         # The action row's button opens the Share tab, where the token option and the list are.
         publish.click(lambda: gr.Tabs(selected="share"), None, [detail_tabs])
 

@@ -20,6 +20,7 @@ import yaml
 
 from jobs.sweep_spec import PRUNERS, SweepSpec, default_space, format_params
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
 from workbench.ui import sweep_plots
 
@@ -91,6 +92,8 @@ def progress_markdown(sweep: dict[str, Any]) -> str:
                  f"(run #{best['run_id']}): {format_params(best['params'])}")
     else:
         line += "  \nBest so far: no trial has completed yet."
+    if sweep.get("verdict"):
+        line += f"  \n⚠ **{sweep['verdict']}**"
     return line
 
 
@@ -219,10 +222,13 @@ def build_view(wb) -> SweepView:
         from workbench.playground import service as playgrounds
 
         try:
-            info = playgrounds.publish(wb, best_of(wb, sweep_id))
+            best = best_of(wb, sweep_id)
+            info = playgrounds.publish(wb, best)
+            warning = runs_service.learned_warning(wb, best)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
-        return f"✔ The best run is published: [{info.url_path}]({info.url_path})"
+        return (f"✔ The best run is published: [{info.url_path}]({info.url_path})"
+                + (f"\n\n⚠ Run #{best} {warning}" if warning else ""))
 
     picker.change(show, [picker], outputs, show_progress="hidden")
     refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])

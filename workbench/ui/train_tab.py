@@ -22,9 +22,12 @@ from workbench.ui import format as fmt
 PRESETS = ("quick", "standard", "thorough")
 PRESET_HELP = {
     "quick": f"1 epoch on at most {hyperparameters.QUICK_MAX_EXAMPLES:,} examples (a seeded sample) — a usable "
-             "first model in a fraction of standard's time",
-    "standard": "3 epochs on all examples (2 above 50k, 1 above 200k)",
-    "thorough": "2 epochs more than standard, with early stopping on the main metric",
+             f"first model in a fraction of standard's time; a small set gets at least "
+             f"{hyperparameters.MIN_STEPS['quick']} steps",
+    "standard": f"3 epochs on all examples (2 above 50k, 1 above 200k); a small set gets at least "
+                f"{hyperparameters.MIN_STEPS['standard']} steps with early stopping",
+    "thorough": f"2 epochs more than standard (at least {hyperparameters.MIN_STEPS['thorough']} steps), "
+                "with early stopping",
 }
 # Advanced fields: (TrainSpec key, label, default shown; 0 or "" means "automatic").
 ADVANCED = (
@@ -48,9 +51,11 @@ INT_KEYS = {"batch_size", "max_length", "max_steps", "eval_steps", "gradient_acc
 
 def spec_from_form(task: str, dataset_id: str | None, model: str, preset: str, name: str,
                    advanced: dict[str, Any], class_weights: bool = False, objective: str = "mlm",
-                   lora: Optional[dict[str, Any]] = None, dataset_name: str = "") -> RunSpec:
+                   lora: Optional[dict[str, Any]] = None, dataset_name: str = "", method: str = "auto") -> RunSpec:
     """The run spec for the form's values; zeros in automatic fields become ``None`` (engine defaults)."""
     train: dict[str, Any] = {"preset": preset or "standard", "class_weights": bool(class_weights)}
+    if task == "text-classification":
+        train["method"] = method or "auto"
     for key, value in advanced.items():
         if value is None or value == "":
             continue
@@ -77,7 +82,7 @@ def form_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {"task": spec.get("task"), "dataset_id": (spec.get("data") or {}).get("dataset_id"),
             "model": spec.get("model"), "preset": train.get("preset", "standard"), "name": spec.get("name", ""),
             "advanced": advanced, "class_weights": bool(train.get("class_weights")),
-            "objective": train.get("objective", "mlm"), "lora": lora}
+            "objective": train.get("objective", "mlm"), "method": train.get("method", "auto"), "lora": lora}
 
 
 def dataset_choices(wb, task: str) -> list[tuple[str, str]]:
@@ -122,9 +127,13 @@ def preset_lines(wb, spec: RunSpec) -> list[str]:
             return []
         used = f"{est['train_examples']:,}"
         marker = "**" if preset == spec.train.preset else ""
-        lines.append(f"- {marker}{preset}{marker}: {est['epochs']:g} epoch(s) on {used} training examples, "
-                     f"{est['evaluations']} evaluation(s) of {est['validation_examples']:,} — "
-                     f"about {fmt.estimate_range(est)}")
+        if est["method"] == "setfit":
+            lines.append(f"- {marker}{preset}{marker}: SetFit, {est['steps']:,} steps of text pairs on {used} "
+                         f"training examples — about {fmt.estimate_range(est)}")
+            continue
+        lines.append(f"- {marker}{preset}{marker}: {est['epochs']:g} epoch(s), {est['steps']:,} steps on {used} "
+                     f"training examples, up to {est['evaluations']} evaluation(s) of "
+                     f"{est['validation_examples']:,} — about {fmt.estimate_range(est)}")
     return lines
 
 
@@ -149,13 +158,13 @@ def model_facts(wb, spec: RunSpec) -> str:
     if est is not None:
         parts = est["parts"]
         memory = catalogue.estimate_training(info.parameters, 0, 0, 1.0)["memory_mb"]
-        hp = hyperparameters.resolve_hyperparameters(spec, info, est["train_examples"])
         lines.append(
             f"Estimated time on this {est['device'].upper()}: **{fmt.estimate_range(est)}** — training "
             f"{fmt.format_duration(parts['train'])} ({est['examples_seen']:,} examples seen), "
             f"{est['evaluations']} evaluation(s) {fmt.format_duration(parts['evaluation'])}, start-up and saving "
             f"{fmt.format_duration(parts['fixed'] + parts['checkpoints'])}; about {memory:,} MB of memory "
-            f"(lr {hp['learning_rate']:g}, batch {hp['batch_size']}). Based on {est['basis']}.")
+            f"(lr {est['hp']['learning_rate']:g}, batch {est['hp']['batch_size']}). Based on {est['basis']}.")
+        lines.append(f"What the defaults chose: {est['why']}.")
         lines.extend(preset_lines(wb, spec))
     return "  \n".join(lines)
 
@@ -181,7 +190,7 @@ class TrainTab:
                 gr.update(choices=dataset_choices(wb, form["task"]), value=form["dataset_id"]),
                 form["model"], form["preset"], clone_name(form["name"], source_id),
                 *[form["advanced"][key] for key, _, _ in ADVANCED],
-                form["class_weights"], form["objective"], bool(lora.get("enabled")), lora.get("r", 8),
+                form["class_weights"], form["objective"], form["method"], bool(lora.get("enabled")), lora.get("r", 8),
                 lora.get("alpha", 16), lora.get("dropout", 0.1)]
 
 
@@ -210,6 +219,9 @@ def build(wb) -> TrainTab:
                     class_weights = gr.Checkbox(False, label="Class weights (imbalanced labels)")
                     objective = gr.Radio(["mlm", "mlm+nsp"], value="mlm", label="Masked-LM objective",
                                          visible=False)
+                    method = gr.Radio(list(hyperparameters.METHODS), value="auto", elem_id="train-method",
+                                      label="Method (text classification)",
+                                      info="auto: SetFit below ~50 examples per class, else fine-tuning")
             with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):
                 with gr.Row():
                     lora_on = gr.Checkbox(False, label="Use LoRA", elem_id="train-lora")
@@ -224,15 +236,15 @@ def build(wb) -> TrainTab:
     submitted_id = gr.Number(visible=False, precision=0)
     clone_of = gr.Number(None, visible=False, precision=0)  # set by "Clone and edit": recorded as the parent
 
-    fields = [task, dataset, model, preset, name, *advanced, class_weights, objective, lora_on, lora_r,
+    fields = [task, dataset, model, preset, name, *advanced, class_weights, objective, method, lora_on, lora_r,
               lora_alpha, lora_dropout]
 
     def current_spec(task_, dataset_, model_, preset_, name_, *rest) -> RunSpec:
         values = list(rest)
         adv = dict(zip([k for k, _, _ in ADVANCED], values[: len(ADVANCED)]))
-        cw, obj, l_on, l_r, l_a, l_d = values[len(ADVANCED):]
+        cw, obj, method_, l_on, l_r, l_a, l_d = values[len(ADVANCED):]
         return spec_from_form(task_, dataset_, model_, preset_, name_, adv, cw, obj,
-                              {"enabled": l_on, "r": l_r, "alpha": l_a, "dropout": l_d})
+                              {"enabled": l_on, "r": l_r, "alpha": l_a, "dropout": l_d}, method=method_)
 
     def preview(*values):
         try:
@@ -247,6 +259,7 @@ def build(wb) -> TrainTab:
         return gr.update(choices=choices, value=current if current in ids else (ids[0] if ids else None))
 
     task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
+    task.change(lambda t: gr.update(visible=t == "text-classification"), [task], [method])
 
     def on_facts(*values):
         try:
@@ -268,7 +281,7 @@ def build(wb) -> TrainTab:
     refresh.click(on_task, [task, dataset], [dataset])
     for field in fields:
         field.change(preview, fields, [spec_view])
-    for field in (model, task, dataset, preset, lora_on, *advanced):
+    for field in (model, task, dataset, preset, method, lora_on, *advanced):
         field.change(on_facts, fields, [facts])
     submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
 

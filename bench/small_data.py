@@ -1,0 +1,429 @@
+"""Small data: the workbench's default run against the baselines a practitioner would try, by training-set size.
+
+    python bench/small_data.py [--data ../shared/data] [--only sms,trec,wnut] [--sizes 32,100,300,1000,all]
+                               [--seeds 0,1,2] [--methods ...] [--table]
+
+For each shared set (SMS spam and TREC-6: accuracy; WNUT-16: entity F1), each size (a seeded sample
+of the training file; ``all`` is the whole file) and each seed, every method trains on the sample
+alone and is scored on the set's own test file:
+
+- ``majority``: the most frequent training label (WNUT: every word "O", entity F1 0);
+- ``tfidf_lr``: TF-IDF + logistic regression (WNUT: word-shape features + logistic regression per word);
+- ``frozen_lr``: the packaged model's frozen embeddings (mean-pooled; WNUT: each word's first
+  sub-token) + logistic regression;
+- ``setfit``: SetFit on the packaged model (classification only), as the workbench configures it;
+- ``trainer``: a plain ``transformers.Trainer`` at its defaults (3 epochs, lr 5e-5, batch 8), the
+  script a user would write;
+- ``workbench``: ``jobs.engine.run_training`` with nothing set (standard preset, method auto); the
+  test file goes in as the run's ``predict_path``, which is never trained on nor used to pick a
+  checkpoint.
+
+Each result goes to bench/results/small_data.json as soon as it exists, with its wall time and the
+load average; a result already there is not run again (an interrupted run resumes). ``--table``
+prints the README table from the results and draws docs/small_data.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.shared_data import DEFAULT_DATA, read_csv, write_jsonl  # noqa: E402
+
+log = logging.getLogger("bench.small_data")
+RESULTS = Path(__file__).parent / "results" / "small_data.json"
+PLOT = Path(__file__).resolve().parent.parent / "docs" / "small_data.png"
+METHODS = ("majority", "tfidf_lr", "frozen_lr", "setfit", "trainer", "workbench")
+SIZES = ("32", "100", "300", "1000", "all")
+
+
+def load_sets(data: Path) -> dict:
+    """name → (task, train records, test records)."""
+    read_jsonl = lambda path: [json.loads(line) for line in path.open(encoding="utf-8")]  # noqa: E731
+    wnut = data / "wnut16_twitter_ner"
+    return {
+        "sms": ("text-classification", read_csv(data / "sms_spam_collection" / "train.csv"),
+                read_csv(data / "sms_spam_collection" / "test.csv")),
+        "trec": ("text-classification", read_csv(data / "trec_question_type_train5500" / "train.csv"),
+                 read_csv(data / "trec_question_type_train5500" / "test.csv")),
+        "wnut": ("token-classification", read_jsonl(wnut / "train.jsonl"), read_jsonl(wnut / "test.jsonl")),
+    }
+
+
+def sample(records: list[dict], size: str, seed: int) -> list[dict]:
+    if size == "all" or int(size) >= len(records):
+        return records
+    chosen = sorted(random.Random(seed).sample(range(len(records)), int(size)))
+    return [records[i] for i in chosen]
+
+
+def model_path() -> str:
+    from jobs.catalogue import packaged_model_path
+
+    return str(packaged_model_path())
+
+
+# ------------------------------------------------------------------ scoring
+
+def accuracy(predicted: list[str], test: list[dict]) -> float:
+    return sum(p == str(r["label"]) for p, r in zip(predicted, test)) / len(test)
+
+
+def entity_f1(predicted: list[list[str]], test: list[dict]) -> float:
+    from seqeval.metrics import f1_score
+
+    return float(f1_score([r["tags"] for r in test], predicted, zero_division=0))
+
+
+def score(task: str, predicted, test: list[dict]) -> float:
+    return accuracy(predicted, test) if task == "text-classification" else entity_f1(predicted, test)
+
+
+# ------------------------------------------------------------------ methods
+
+def majority(task, train, test, seed, work):
+    from collections import Counter
+
+    if task == "text-classification":
+        top = Counter(str(r["label"]) for r in train).most_common(1)[0][0]
+        return [top] * len(test)
+    return [["O"] * len(r["tokens"]) for r in test]
+
+
+def _word_features(tokens: list[str], i: int) -> dict:
+    word = tokens[i]
+    feats = {"w=" + word.lower(): 1, "suf3=" + word[-3:].lower(): 1, "pre2=" + word[:2].lower(): 1,
+             "title": word.istitle(), "upper": word.isupper(), "digit": any(c.isdigit() for c in word),
+             "at": word.startswith("@"), "hash": word.startswith("#"), "first": i == 0}
+    feats["prev=" + (tokens[i - 1].lower() if i else "<s>")] = 1
+    feats["next=" + (tokens[i + 1].lower() if i + 1 < len(tokens) else "</s>")] = 1
+    return feats
+
+
+def _tfidf_classification(train, test, seed):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    labels = [str(r["label"]) for r in train]
+    if len(set(labels)) < 2:
+        return [labels[0]] * len(test)
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    x = vectorizer.fit_transform([r["text"] for r in train])
+    model = LogisticRegression(max_iter=1000, C=10.0, random_state=seed).fit(x, labels)
+    return list(model.predict(vectorizer.transform([r["text"] for r in test])))
+
+
+def _feature_lr_tokens(train, test, seed):
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    x = [_word_features(r["tokens"], i) for r in train for i in range(len(r["tokens"]))]
+    y = [t for r in train for t in r["tags"]]
+    vectorizer = DictVectorizer()
+    model = LogisticRegression(max_iter=1000, C=10.0, random_state=seed).fit(vectorizer.fit_transform(x), y)
+    out = []
+    for r in test:
+        feats = [_word_features(r["tokens"], i) for i in range(len(r["tokens"]))]
+        out.append(list(model.predict(vectorizer.transform(feats))))
+    return out
+
+
+def _encoder():
+    from transformers import AutoModel, AutoTokenizer
+
+    path = model_path()
+    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+def _sentence_embeddings(texts: list[str], tokenizer, model, batch: int = 64):
+    import numpy as np
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch):
+            enc = tokenizer(texts[start:start + batch], padding=True, truncation=True, max_length=128,
+                            return_tensors="pt")
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            out.append(((hidden * mask).sum(1) / mask.sum(1)).numpy())
+    return np.concatenate(out)
+
+
+def _word_embeddings(records: list[dict], tokenizer, model, batch: int = 32):
+    """The first sub-token's last hidden state for every word, sentence by sentence."""
+    import numpy as np
+    import torch
+
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(records), batch):
+            chunk = records[start:start + batch]
+            enc = tokenizer([r["tokens"] for r in chunk], is_split_into_words=True, padding=True, truncation=True,
+                            max_length=128, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state.numpy()
+            for b, record in enumerate(chunk):
+                first = {}
+                for position, word in enumerate(enc.word_ids(b)):
+                    if word is not None and word not in first:
+                        first[word] = position
+                dim = hidden.shape[-1]
+                rows.append(np.stack([hidden[b, first[w]] if w in first else np.zeros(dim, np.float32)
+                                      for w in range(len(record["tokens"]))]))
+    return rows
+
+
+def frozen_lr(task, train, test, seed, work):
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    tokenizer, model = _encoder()
+    if task == "text-classification":
+        labels = [str(r["label"]) for r in train]
+        if len(set(labels)) < 2:
+            return [labels[0]] * len(test)
+        x = _sentence_embeddings([r["text"] for r in train], tokenizer, model)
+        clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x, labels)
+        return list(clf.predict(_sentence_embeddings([r["text"] for r in test], tokenizer, model)))
+    x = np.concatenate(_word_embeddings(train, tokenizer, model))
+    y = [t for r in train for t in r["tags"]]
+    clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x, y)
+    return [list(clf.predict(words)) for words in _word_embeddings(test, tokenizer, model)]
+
+
+def _run_engine(task, train, test, seed, work: Path, **train_kw):
+    """A workbench run on ``train`` alone; the test file is its predict_path (heldout.npz)."""
+    import numpy as np
+
+    from jobs.engine import HELDOUT_FILE, run_training
+    from jobs.progress import RecordingReporter
+    from jobs.spec import DataSpec, RunSpec, TrainSpec
+
+    spec = RunSpec(task=task, data=DataSpec(train_path=write_jsonl(work / "train.jsonl", train),
+                                            predict_path=write_jsonl(work / "test.jsonl", test)),
+                   train=TrainSpec(seed=seed, **train_kw))
+    metrics = run_training(spec, work / "run", RecordingReporter())
+    held = np.load(work / "run" / HELDOUT_FILE)
+    labels, probs = [str(x) for x in held["labels"]], held["probs"]
+    best = probs.argmax(axis=1)
+    extra = {"method": metrics.get("method", "finetune"), "steps": metrics.get("steps"),
+             "why": json.loads((work / "run" / "metrics.json").read_text())["hyperparameters"].get("why")}
+    if task == "text-classification":
+        return [labels[i] for i in best], extra
+    tags = [["O"] * len(r["tokens"]) for r in test]
+    for row, record, word in zip(best, held["record"], held["word"]):
+        tags[int(record)][int(word)] = labels[int(row)]
+    return tags, extra
+
+
+def setfit(task, train, test, seed, work):
+    if task != "text-classification":
+        return None
+    return _run_engine(task, train, test, seed, work, method="setfit")
+
+
+def workbench(task, train, test, seed, work):
+    return _run_engine(task, train, test, seed, work)
+
+
+def trainer(task, train, test, seed, work):
+    """What a user writes: Trainer with its default arguments (lr 5e-5, 3 epochs, batch 8), dynamic padding."""
+    import numpy as np
+    from datasets import Dataset
+    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
+                              DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer,
+                              TrainingArguments)
+
+    path = model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    args = TrainingArguments(output_dir=str(work / "trainer"), per_device_train_batch_size=8, seed=seed,
+                             save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    if task == "text-classification":
+        names = sorted({str(r["label"]) for r in train})
+        index = {n: i for i, n in enumerate(names)}
+        if len(names) < 2:
+            return [names[0]] * len(test)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(names))
+        encode = lambda batch: tokenizer(batch["text"], truncation=True, max_length=128)  # noqa: E731
+        train_ds = Dataset.from_list([{"text": r["text"], "label": index[str(r["label"])]} for r in train]).map(
+            encode, batched=True, remove_columns=["text"])
+        test_ds = Dataset.from_list([{"text": r["text"]} for r in test]).map(encode, batched=True,
+                                                                                remove_columns=["text"])
+        run = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=DataCollatorWithPadding(tokenizer))
+        run.train()
+        return [names[i] for i in run.predict(test_ds).predictions.argmax(-1)]
+    names = sorted({t for r in train for t in r["tags"]} | {"O"})
+    index = {n: i for i, n in enumerate(names)}
+
+    def encode(batch):
+        enc = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=128)
+        labels = []
+        for b, tags in enumerate(batch["tags"]):
+            previous, row = None, []
+            for word in enc.word_ids(b):
+                row.append(-100 if word is None or word == previous else index.get(tags[word], index["O"]))
+                previous = word
+            labels.append(row)
+        enc["labels"] = labels
+        return enc
+
+    model = AutoModelForTokenClassification.from_pretrained(path, num_labels=len(names))
+    train_ds = Dataset.from_list(train).map(encode, batched=True, remove_columns=["tokens", "tags"])
+    test_ds = Dataset.from_list(test).map(encode, batched=True, remove_columns=["tokens", "tags"])
+    run = Trainer(model=model, args=args, train_dataset=train_ds,
+                  data_collator=DataCollatorForTokenClassification(tokenizer))
+    run.train()
+    logits = run.predict(test_ds).predictions
+    out = []
+    for b, record in enumerate(test):
+        enc = tokenizer(record["tokens"], is_split_into_words=True, truncation=True, max_length=128)
+        tags, previous = ["O"] * len(record["tokens"]), None
+        for position, word in enumerate(enc.word_ids()):
+            if word is not None and word != previous:
+                tags[word] = names[int(np.argmax(logits[b][position]))]
+            previous = word
+        out.append(tags)
+    return out
+
+
+def tfidf_lr(task, train, test, seed, work):
+    return _tfidf_classification(train, test, seed) if task == "text-classification" else \
+        _feature_lr_tokens(train, test, seed)
+
+
+RUNNERS = {"majority": majority, "tfidf_lr": tfidf_lr, "frozen_lr": frozen_lr, "setfit": setfit,
+           "trainer": trainer, "workbench": workbench}
+
+
+# ------------------------------------------------------------------ driver
+
+def _load() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+
+
+def _save(results: dict) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+    tmp.replace(RESULTS)
+
+
+def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods: list[str]) -> None:
+    sets = load_sets(data)
+    results = _load()
+    for seed in seeds:  # every cell once before any cell's second seed: a cut-short run still fills the table
+        for name in only:
+            task, full_train, test = sets[name]
+            for size in sizes:
+                train = sample(full_train, size, seed)
+                for method in methods:
+                    key = f"{name}/{size}/{seed}/{method}"
+                    if key in results:
+                        continue
+                    with tempfile.TemporaryDirectory() as work:
+                        started = time.perf_counter()
+                        out = RUNNERS[method](task, train, test, seed, Path(work))
+                        seconds = time.perf_counter() - started
+                    if out is None:
+                        continue
+                    predicted, extra = out if isinstance(out, tuple) else (out, {})
+                    results[key] = {"score": round(score(task, predicted, test), 4), "seconds": round(seconds, 1),
+                                    "n_train": len(train), "load": round(os.getloadavg()[0], 2), **extra}
+                    log.info("%s: %s", key, results[key])
+                    _save(results)
+
+
+def table(results: dict) -> str:
+    lines = []
+    for name, metric in (("sms", "accuracy"), ("trec", "accuracy"), ("wnut", "entity F1")):
+        cells = {}
+        for key, value in results.items():
+            ds, size, _seed, method = key.split("/")
+            if ds == name:
+                cells.setdefault((size, method), []).append(value)
+        if not cells:
+            continue
+        methods = [m for m in METHODS if any(m == k[1] for k in cells)]
+        lines += [f"**{name}** ({metric} on the test file; mean ± sd over seeds, wall time in seconds)", "",
+                  "| examples | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        for size in SIZES:
+            row = []
+            for method in methods:
+                values = cells.get((size, method))
+                if not values:
+                    row.append("—")
+                    continue
+                scores = [v["score"] for v in values]
+                spread = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
+                seconds = statistics.mean(v["seconds"] for v in values)
+                row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s, n={len(scores)})")
+            if any(c != "—" for c in row):
+                lines.append(f"| {size} | " + " | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path = PLOT) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("sms", "trec", "wnut") if any(k.startswith(n + "/") for k in results)]
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for method in METHODS:
+            xs, ys, es = [], [], []
+            for size in SIZES:
+                values = [v for k, v in results.items() if k.startswith(f"{name}/{size}/") and k.endswith("/" + method)]
+                if values:
+                    xs.append(statistics.mean(v["n_train"] for v in values))
+                    scores = [v["score"] for v in values]
+                    ys.append(statistics.mean(scores))
+                    es.append(statistics.stdev(scores) if len(scores) > 1 else 0.0)
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method,
+                            linewidth=2.5 if method == "workbench" else 1.2)
+        ax.set_xscale("log")
+        ax.set_title({"sms": "SMS spam (accuracy)", "trec": "TREC-6 (accuracy)", "wnut": "WNUT-16 (entity F1)"}[name])
+        ax.set_xlabel("training examples")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--only", default="sms,trec,wnut")
+    parser.add_argument("--sizes", default=",".join(SIZES))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--table", action="store_true", help="print the table and draw the plot; train nothing")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("transformers", "jobs", "setfit", "sentence_transformers", "datasets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.table:
+        run(args.data, args.only.split(","), args.sizes.split(","), [int(s) for s in args.seeds.split(",")],
+            args.methods.split(","))
+    results = _load()
+    print(table(results))
+    plot(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Few-shot text classification with SetFit (Tunstall et al., 2022), as a training method of the engine.
+
+SetFit tunes a sentence encoder on pairs of training texts (same class: close, different class: far),
+then fits a logistic regression on the tuned embeddings. From a few dozen examples per class it
+learns where a classification head fine-tuned for a few dozen steps stays at the majority class.
+
+Training goes through the ``setfit`` library. The run's ``model/`` folder is what
+``SetFitModel.save_pretrained`` writes (a sentence-transformers folder plus ``model_head.pkl``) and
+beside it ``setfit_head.safetensors`` + ``setfit.json``: the head as plain weights, so that the
+workbench loads a SetFit model without unpickling anything (``SetFitClassifier``). The classifier
+is an ``nn.Module`` that answers like a transformers sequence classifier (``.logits``,
+``.attentions``, ``.config.id2label``): evaluation, audits, playgrounds and the API use it as they
+use any run's model. A SetFit run keeps no checkpoints: stopped or crashed, it starts again
+(it takes minutes).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from jobs.progress import EVALUATING, SAVING_MODEL, TRAINING, WRITING_PREDICTIONS, Cancelled, report_phase
+from workbench.errors import TrainingError
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE, HEAD_FILE = "setfit.json", "setfit_head.safetensors"
+POOLING_MODES = ("mean", "cls")
+
+
+def is_setfit_model(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds a SetFit run's model (``setfit.json`` beside the encoder)."""
+    return (Path(model_dir) / CONFIG_FILE).is_file()
+
+
+def head_weights(coef: np.ndarray, intercept: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A logistic regression's ``coef_``/``intercept_`` as a linear layer whose softmax is its ``predict_proba``.
+
+    A binary regression has one row: ``p(1) = sigmoid(z)`` is the softmax of the logits ``[0, z]``.
+    """
+    coef, intercept = np.atleast_2d(np.asarray(coef, dtype=np.float32)), np.atleast_1d(np.asarray(intercept, np.float32))
+    if n_classes == 2 and coef.shape[0] == 1:
+        return np.vstack([np.zeros_like(coef), coef]), np.concatenate([np.zeros(1, np.float32), intercept])
+    if coef.shape[0] != n_classes:
+        raise TrainingError(f"the SetFit head has {coef.shape[0]} rows for {n_classes} classes",
+                            "every class needs training examples")
+    return coef, intercept
+
+
+def pool(hidden, attention_mask, mode: str):
+    """Sentence embeddings from token states: the masked mean (sentence-transformers' default) or [CLS]."""
+    if mode == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def _sentence_transformers_layout(model_dir: Path) -> tuple[str, bool]:
+    """(pooling mode, normalised?) from a sentence-transformers folder's modules.json."""
+    modules_file = model_dir / "modules.json"
+    if not modules_file.is_file():
+        return "mean", False
+    modules = json.loads(modules_file.read_text(encoding="utf-8"))
+    mode, normalize = "mean", False
+    for module in modules:
+        kind = module.get("type", "")
+        if kind.endswith("Pooling"):
+            config = json.loads((model_dir / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            if config.get("pooling_mode_cls_token"):
+                mode = "cls"
+            elif not config.get("pooling_mode_mean_tokens", True):
+                raise TrainingError(f"{model_dir}: only mean or [CLS] pooling is supported by SetFit runs here",
+                                    "use a sentence-transformers model with mean pooling")
+        elif kind.endswith("Normalize"):
+            normalize = True
+    return mode, normalize
+
+
+def _torch_module():
+    import torch
+
+    class SetFitClassifier(torch.nn.Module):
+        """Encoder + pooling (+ L2 normalisation) + the logistic-regression head, as one torch module."""
+
+        def __init__(self, body, weight, bias, pooling: str, normalize: bool, labels: Sequence[str]):
+            super().__init__()
+            self.body, self.pooling, self.normalize = body, pooling, normalize
+            self.head = torch.nn.Linear(weight.shape[1], weight.shape[0])
+            with torch.no_grad():
+                self.head.weight.copy_(torch.as_tensor(weight))
+                self.head.bias.copy_(torch.as_tensor(bias))
+            self.config = body.config
+            self.config.id2label = dict(enumerate(labels))
+            self.config.label2id = {name: i for i, name in enumerate(labels)}
+            self.config.problem_type = "single_label_classification"
+
+        def embed(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False):
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if token_type_ids is not None:
+                inputs["token_type_ids"] = token_type_ids
+            out = self.body(**inputs, output_attentions=output_attentions)
+            mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+            embeddings = pool(out.last_hidden_state, mask, self.pooling)
+            if self.normalize:
+                embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
+            return embeddings, out
+
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False, **_):
+            from transformers.modeling_outputs import SequenceClassifierOutput
+
+            embeddings, out = self.embed(input_ids, attention_mask, token_type_ids, output_attentions)
+            return SequenceClassifierOutput(logits=self.head(embeddings),
+                                            attentions=out.attentions if output_attentions else None)
+
+    return SetFitClassifier
+
+
+def load_classifier(model_dir: str | Path, attn_implementation: Optional[str] = None):
+    """The SetFit run's model in ``model_dir`` as a ``SetFitClassifier`` (no pickle is read)."""
+    from safetensors.numpy import load_file
+    from transformers import AutoModel
+
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    head = load_file(str(model_dir / HEAD_FILE))
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    body = AutoModel.from_pretrained(str(model_dir), **kwargs)
+    model = _torch_module()(body, head["weight"], head["bias"], config["pooling"], config["normalize"],
+                            config["labels"])
+    return model.eval()
+
+
+def save_head(model_dir: Path, weight: np.ndarray, bias: np.ndarray, labels: Sequence[str], pooling: str,
+              normalize: bool, max_length: int) -> None:
+    from safetensors.numpy import save_file
+
+    save_file({"weight": np.ascontiguousarray(weight, dtype=np.float32),
+               "bias": np.ascontiguousarray(bias, dtype=np.float32)}, str(model_dir / HEAD_FILE))
+    (model_dir / CONFIG_FILE).write_text(json.dumps(
+        {"method": "setfit", "labels": list(labels), "pooling": pooling, "normalize": normalize,
+         "max_length": max_length, "head": "logistic regression (scikit-learn), stored as a linear layer"},
+        indent=2), encoding="utf-8")
+
+
+def predict_logits(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
+    """Logits for ``texts`` in their order (batches sorted by length inside, restored after)."""
+    import torch
+
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), model.head.out_features), dtype=np.float32)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start:start + batch_size]
+            enc = tokenizer([texts[i] for i in chosen], padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt").to(device)
+            out[chosen] = model(**{k: v for k, v in enc.items()
+                                   if k in ("input_ids", "attention_mask", "token_type_ids")}).logits.float().cpu().numpy()
+    return out
+
+
+class _ReporterCallback:
+    """SetFit's trainer calls transformers callbacks with its own arguments; progress and cancel only."""
+
+    def __init__(self, reporter):
+        from transformers import TrainerCallback
+
+        self.reporter, self.cancelled = reporter, False
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                outer.reporter.progress(state.global_step, state.max_steps, float(state.epoch or 0.0))
+                if outer.reporter.cancel_requested():
+                    outer.cancelled = True
+                    control.should_training_stop = True
+                return control
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                log.info("step %d: %s", state.global_step, logs)
+                loss = (logs or {}).get("embedding_loss", (logs or {}).get("loss"))
+                if isinstance(loss, (int, float)):
+                    outer.reporter.metrics(state.global_step, state.epoch, {"train/loss": float(loss)})
+
+        self.callback = Callback()
+
+
+def train_setfit(spec, output_dir: Path, reporter, hp: dict, path: str, train: list[dict],
+                 validation: list[dict], facts: dict, setup_started: float) -> dict:
+    """Train ``spec`` with SetFit; writes the same outputs as a fine-tuned run (see ``jobs.engine``)."""
+    from datasets import Dataset
+    from setfit import SetFitModel
+    from setfit import Trainer as SetFitTrainer
+    from setfit import TrainingArguments as SetFitArguments
+    from transformers import AutoTokenizer, set_seed
+
+    from jobs.engine import HELDOUT_FILE, assess_run, peak_rss_mb, write_heldout, write_outputs
+    from jobs.tasks import classification
+    from jobs.tasks.common import Evaluation
+
+    if any(r.get("text_pair") for r in train):
+        raise TrainingError("SetFit takes single texts, and this dataset has text pairs",
+                            "choose the finetune method (or auto) for text-pair classification")
+    if classification.is_multi_label(train):
+        raise TrainingError("SetFit runs here take one label per example", "choose the finetune method")
+    names = classification.collect_labels(train, False)
+    label2id = {name: i for i, name in enumerate(names)}
+    set_seed(hp["seed"])
+    model = SetFitModel.from_pretrained(path, labels=names)
+    args = SetFitArguments(output_dir=str(output_dir / "checkpoints"), batch_size=(hp["batch_size"], 16),
+                           num_epochs=(1, 16), max_steps=hp["max_steps"], body_learning_rate=hp["learning_rate"],
+                           warmup_proportion=hp["warmup_ratio"], seed=hp["seed"], max_length=hp["max_length"],
+                           report_to="none", show_progress_bar=False, save_strategy="no",
+                           logging_steps=max(1, min(25, hp["max_steps"] // 20)), sampling_strategy="oversampling")
+    callback = _ReporterCallback(reporter)
+    dataset = Dataset.from_list([{"text": r["text"], "label": label2id[str(r["label"])]} for r in train])
+    trainer = SetFitTrainer(model=model, args=args, train_dataset=dataset, callbacks=[callback.callback])
+    parameters = sum(p.numel() for p in model.model_body.parameters())
+    facts = {**facts, "total_steps": hp["max_steps"], "method": "setfit", "trainable_parameters": parameters,
+             "total_parameters": parameters}
+    reporter.info(facts)
+    log.info("run starts (SetFit): %s", json.dumps(facts, default=str))
+    started = time.perf_counter()
+    report_phase(reporter, TRAINING)
+    trainer.train_embeddings(list(dataset["text"]), list(dataset["label"]), args=args)
+    if callback.cancelled:
+        raise Cancelled("cancelled during SetFit's pair training (a SetFit run restarts from the beginning)")
+    trainer.train_classifier(list(dataset["text"]), list(dataset["label"]), args=args)
+    train_seconds = time.perf_counter() - started
+    steps = int(trainer.st_trainer.state.global_step)
+    train_loss = _last_loss(trainer.st_trainer.state.log_history)
+
+    report_phase(reporter, SAVING_MODEL)
+    model_dir = output_dir / "model"
+    model.save_pretrained(str(model_dir))
+    pooling, normalize = _sentence_transformers_layout(model_dir)
+    weight, bias = head_weights(model.model_head.coef_, model.model_head.intercept_, len(names))
+    save_head(model_dir, weight, bias, names, pooling, normalize, hp["max_length"])
+    classifier = load_classifier(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+
+    final_started = time.perf_counter()
+    report_phase(reporter, EVALUATING, 0, len(validation))
+    logits = predict_logits(classifier, tokenizer, [r["text"] for r in validation], hp["max_length"])
+    gold = np.asarray([classification.encode_label(r["label"], label2id, False) for r in validation])
+    metrics, tables = classification.compute_metrics_arrays(logits, gold, names, False)
+    rows = classification.prediction_rows(validation, logits, names, False)
+    final_eval_seconds = time.perf_counter() - final_started
+    if spec.data.predict_path:
+        held = classification.read(spec.data.predict_path)
+        probs = classification.softmax(predict_logits(classifier, tokenizer, [r["text"] for r in held],
+                                                      hp["max_length"]))
+        write_heldout(output_dir / HELDOUT_FILE, {"probs": probs, "labels": names, "record": list(range(len(held))),
+                                                  "word": [-1] * len(held)})
+    evaluation = Evaluation(dict(metrics), tables, rows)
+    pairs = steps * hp["batch_size"]
+    metrics.update({
+        "train_loss": train_loss, "steps": steps, "method": "setfit",
+        "trainable_parameters": parameters, "total_parameters": parameters,
+        "peak_rss_mb": round(peak_rss_mb(), 1), "peak_gpu_mb": 0.0,
+        "train_seconds": round(train_seconds, 2),
+        # a pair is two texts through the encoder: comparable with a fine-tuned run's examples per second
+        "samples_per_second": round(2 * pairs / max(train_seconds, 1e-9), 3),
+        "eval_and_checkpoint_seconds": 0.0, "train_examples": 2 * pairs, "train_records": len(train),
+        "validation_examples": len(validation), "validation_records": len(validation),
+        "setup_seconds": round(started - setup_started, 2), "evaluations": 0, "evaluation_seconds": 0.0,
+        "checkpoints": 0, "checkpoint_seconds": 0.0, "final_eval_seconds": round(final_eval_seconds, 2),
+        "device": facts.get("device", "cpu"), "processes": 1,
+    })
+    reporter.metrics(steps, 1.0, {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
+    report_phase(reporter, WRITING_PREDICTIONS, 0, len(rows))
+    metrics.update(assess_run(spec, train, validation, evaluation))
+    metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
+    metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
+    write_outputs(output_dir, metrics, hp, evaluation)
+    log.info("run finished (SetFit): %s", json.dumps(evaluation.metrics))
+    return metrics
+
+
+def _last_loss(history: list[dict]) -> float:
+    for entry in reversed(history or []):
+        for key in ("embedding_loss", "loss", "train_loss"):
+            if isinstance(entry.get(key), (int, float)) and math.isfinite(entry[key]):
+                return float(entry[key])
+    return float("nan")

@@ -1,0 +1,113 @@
+"""Baselines beside every classification score and the "did not learn" verdict (jobs.baselines)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from jobs import baselines
+from workbench.ui import format as fmt
+
+
+def _records(n, seed, learnable=True, share_a=0.7):
+    """Texts whose words give the label away (learnable) or labels drawn independently of the text."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        label = "a" if rng.random() < share_a else "b"
+        word = {"a": "apple", "b": "banana"}[label] if learnable else rng.choice(["apple", "banana"])
+        out.append({"text": f"{word} {rng.choice(['one', 'two', 'three'])} {i % 7}", "label": label})
+    return out
+
+
+def test_majority_and_tfidf_baselines_on_a_learnable_set():
+    found = baselines.fit_baselines(_records(200, 0), _records(100, 1))
+    share_a = sum(r["label"] == "a" for r in _records(100, 1)) / 100
+    assert found["majority"]["accuracy"] == pytest.approx(share_a, abs=1e-4)
+    assert found["tfidf_logreg"]["accuracy"] == 1.0 and found["tfidf_logreg"]["seconds"] >= 0
+    assert 0 < found["majority"]["f1_macro"] < 0.5
+
+
+def test_multi_label_baselines_score_exact_sets_and_macro_f1():
+    train = [{"text": "red thing", "label": ["red"]}, {"text": "blue thing", "label": ["blue"]},
+             {"text": "red blue thing", "label": ["red", "blue"]}] * 10
+    found = baselines.fit_baselines(train, train[:3])
+    assert found["tfidf_logreg"]["accuracy"] == 1.0 and found["majority"]["accuracy"] < 1.0
+
+
+def test_verdict_says_did_not_learn_for_one_class_or_majority_level_and_below_for_tfidf():
+    found = {"majority": {"accuracy": 0.6}, "tfidf_logreg": {"accuracy": 0.8}}
+    gold = ["a"] * 6 + ["b"] * 4
+    one_class = baselines.verdict({"accuracy": 0.6}, found, ["a"] * 10, gold)
+    assert one_class["status"] == "did_not_learn" and "predicts 'a' for 100%" in one_class["message"]
+    at_majority = baselines.verdict({"accuracy": 0.6}, found, ["a"] * 8 + ["b"] * 2, gold)
+    assert at_majority["status"] == "did_not_learn" and "majority class (0.600)" in at_majority["message"]
+    below = baselines.verdict({"accuracy": 0.7}, found, ["a"] * 7 + ["b"] * 3, gold)
+    assert below["status"] == "below_baseline" and "0.700 vs 0.800" in below["message"]
+    learned = baselines.verdict({"accuracy": 0.9}, found, ["a"] * 6 + ["b"] * 4, gold)
+    assert learned == {"status": "learned", "message": "", "top_label": "a", "top_share": 0.6}
+    # a set where one class is nearly everything: predicting it is not "one class" of a model that failed
+    skewed = baselines.verdict({"accuracy": 0.97}, {"majority": {"accuracy": 0.96}},
+                               ["a"] * 100, ["a"] * 96 + ["b"] * 4)
+    assert skewed["status"] == "learned"
+
+
+def test_the_views_put_the_baseline_beside_the_score_and_warn():
+    metrics = {"accuracy": 0.6, "baselines": {"majority": {"accuracy": 0.6, "f1_macro": 0.37},
+                                              "tfidf_logreg": {"accuracy": 0.8, "f1_macro": 0.78}},
+               "verdict": {"status": "did_not_learn", "message": "did not learn: predicts 'a' for 100% ..."}}
+    assert fmt.metric_cell("text-classification", metrics) == "⚠ accuracy 0.6000 (baseline 0.800)"
+    html = fmt.baseline_html(metrics)
+    assert "majority class 0.600 · TF-IDF + logistic regression 0.800" in html and "run-verdict" in html
+    assert baselines.summary({"accuracy": 0.9}) == "" and fmt.baseline_html({}) == ""
+    assert fmt.metric_cell("text-classification", {"accuracy": 0.9}) == "accuracy 0.9000"
+
+
+@pytest.mark.e2e
+def test_a_run_that_cannot_beat_the_majority_says_so_in_its_metrics_and_log(tmp_path):
+    """Labels drawn independently of the texts: no model beats the majority class, and the run says so in
+    its metrics (which every view reads: see the format test above) and in its log."""
+    from jobs.engine import run_training
+    from jobs.progress import RecordingReporter
+    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from tests.tiny_models import tiny_bert, write_jsonl
+
+    model = tiny_bert(tmp_path / "tiny")
+    spec = RunSpec(task="text-classification", model=str(model),
+                   data=DataSpec(train_path=str(write_jsonl(tmp_path / "t.jsonl", _records(80, 2, learnable=False))),
+                                 validation_path=str(write_jsonl(tmp_path / "v.jsonl",
+                                                                 _records(40, 3, learnable=False)))),
+                   train=TrainSpec(method="finetune", max_steps=2, batch_size=8, learning_rate=1e-7))
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert metrics["verdict"]["status"] == "did_not_learn", metrics["verdict"]
+    assert "did not learn" in metrics["verdict"]["message"]
+    assert set(metrics["baselines"]) == {"majority", "tfidf_logreg"}
+    assert "did not learn" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_a_sweep_whose_trials_all_sit_at_the_baseline_says_no_trial_learned():
+    from workbench.services.sweeps import sweep_verdict
+
+    stuck = [{"learned": "did_not_learn", "baseline": 0.633}] * 4
+    message = sweep_verdict(stuck + [{"learned": "", "baseline": None}])
+    assert message.startswith("No trial learned: 4 of 4 finished trial(s) did not learn") and "0.633" in message
+    assert "learning-rate range" in message
+    assert sweep_verdict(stuck + [{"learned": "learned", "baseline": 0.633}]) == ""
+    assert sweep_verdict([{"learned": "", "baseline": None}]) == ""  # nothing finished yet: no verdict
+    below = sweep_verdict([{"learned": "below_baseline", "baseline": 0.8}] * 2)
+    assert "none of the 2 finished trial(s) beats the TF-IDF" in below
+
+
+def test_an_audit_compares_its_fold_models_with_baselines_on_the_same_folds():
+    import numpy as np
+
+    from workbench.services.audits import held_out_baselines
+
+    records = _records(90, 4)
+    oos = {"task": "text-classification", "records": records, "fold": [i % 3 for i in range(90)],
+           "given": np.array([0 if r["label"] == "a" else 1 for r in records])}
+    found = held_out_baselines(oos)
+    assert found["tfidf_logreg"] == 1.0
+    assert found["majority"] == pytest.approx(sum(r["label"] == "a" for r in records) / 90, abs=0.02)
+    tags = {"task": "token-classification", "records": [], "fold": [], "given": np.array([0, 0, 0, 1])}
+    assert held_out_baselines(tags) == {"majority": 0.75}
