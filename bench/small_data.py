@@ -319,29 +319,37 @@ def _save(results: dict) -> None:
     tmp.replace(RESULTS)
 
 
+def order(only: list[str], sizes: list[str], seeds: list[int]) -> list[tuple[int, str, str]]:
+    """(seed, set, size) cells in the order they run: every cell with the first seed, then the other seeds
+    on the small sizes (where seeds differ most and runs are cheap), then on the large ones — so a run cut
+    short still fills the whole table once and the small-data rows with their spread."""
+    small = {"32", "100", "300"}
+    cells = [(seed, name, size) for seed in seeds for name in only for size in sizes]
+    return sorted(cells, key=lambda c: (0 if c[0] == seeds[0] else (1 if c[2] in small else 2), c[0],
+                                        only.index(c[1]), sizes.index(c[2])))
+
+
 def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods: list[str]) -> None:
     sets = load_sets(data)
     results = _load()
-    for seed in seeds:  # every cell once before any cell's second seed: a cut-short run still fills the table
-        for name in only:
-            task, full_train, test = sets[name]
-            for size in sizes:
-                train = sample(full_train, size, seed)
-                for method in methods:
-                    key = f"{name}/{size}/{seed}/{method}"
-                    if key in results:
-                        continue
-                    with tempfile.TemporaryDirectory() as work:
-                        started = time.perf_counter()
-                        out = RUNNERS[method](task, train, test, seed, Path(work))
-                        seconds = time.perf_counter() - started
-                    if out is None:
-                        continue
-                    predicted, extra = out if isinstance(out, tuple) else (out, {})
-                    results[key] = {"score": round(score(task, predicted, test), 4), "seconds": round(seconds, 1),
-                                    "n_train": len(train), "load": round(os.getloadavg()[0], 2), **extra}
-                    log.info("%s: %s", key, results[key])
-                    _save(results)
+    for seed, name, size in order(only, sizes, seeds):
+        task, full_train, test = sets[name]
+        train = sample(full_train, size, seed)
+        for method in methods:
+            key = f"{name}/{size}/{seed}/{method}"
+            if key in results:
+                continue
+            with tempfile.TemporaryDirectory() as work:
+                started = time.perf_counter()
+                out = RUNNERS[method](task, train, test, seed, Path(work))
+                seconds = time.perf_counter() - started
+            if out is None:
+                continue
+            predicted, extra = out if isinstance(out, tuple) else (out, {})
+            results[key] = {"score": round(score(task, predicted, test), 4), "seconds": round(seconds, 1),
+                            "n_train": len(train), "load": round(os.getloadavg()[0], 2), **extra}
+            log.info("%s: %s", key, results[key])
+            _save(results)
 
 
 def table(results: dict) -> str:
@@ -413,7 +421,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--table", action="store_true", help="print the table and draw the plot; train nothing")
+    parser.add_argument("--results", type=Path, default=None, help="where the results are kept")
     args = parser.parse_args()
+    if args.results:
+        global RESULTS
+        RESULTS = args.results
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("transformers", "jobs", "setfit", "sentence_transformers", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

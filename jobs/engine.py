@@ -208,7 +208,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     else:
         train, validation = _split_validation(train, spec.train.seed)
     method, method_why = _choose_method(spec, train, path)
-    hp = resolve_hyperparameters(spec, info, len(train), method)
+    hp = resolve_hyperparameters(spec, info, len(train), method, n_validation=len(validation))
     if method_why:
         hp["why"] += f" ({method_why})"
     log.info("defaults: %s", hp["why"])

@@ -211,7 +211,8 @@ def train_setfit(spec, output_dir: Path, reporter, hp: dict, path: str, train: l
     names = classification.collect_labels(train, False)
     label2id = {name: i for i, name in enumerate(names)}
     set_seed(hp["seed"])
-    model = SetFitModel.from_pretrained(path, labels=names)
+    # balanced classes: with 4 spam among 32 messages an unweighted head leans to the majority class
+    model = SetFitModel.from_pretrained(path, labels=names, head_params={"class_weight": "balanced", "max_iter": 1000})
     args = SetFitArguments(output_dir=str(output_dir / "checkpoints"), batch_size=(hp["batch_size"], 16),
                            num_epochs=(1, 16), max_steps=hp["max_steps"], body_learning_rate=hp["learning_rate"],
                            warmup_proportion=hp["warmup_ratio"], seed=hp["seed"], max_length=hp["max_length"],

@@ -78,7 +78,7 @@ class TrainSpec:
     # (common on a small validation split) would keep the earliest, least confident checkpoint.
     select_by: str = "auto"  # auto | metric | loss | last
     # Text classification: fine-tune the encoder with a classification head, or SetFit (contrastive
-    # pairs + a logistic-regression head); "auto" picks SetFit below ~50 examples per class.
+    # pairs + a logistic-regression head); "auto" picks SetFit below 25 examples per class.
     method: str = "auto"  # auto | finetune | setfit
 
 

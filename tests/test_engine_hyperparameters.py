@@ -110,10 +110,19 @@ def test_small_sets_get_enough_epochs_to_reach_the_step_floor(n, preset, epochs)
 
 
 def test_a_raised_floor_stops_early_on_the_validation_loss_and_says_why():
-    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270)
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)
     assert hp["early_stopping_patience"] == 3 and hp["select_by"] == "loss"
     assert hp["why"].startswith("270 examples: 12 epoch(s), 408 steps, lr ")
     assert "at least 400 steps" in hp["why"] and "early stopping" in hp["why"]
+
+
+def test_a_validation_split_too_small_to_rank_checkpoints_keeps_the_last_one():
+    # 270 examples and the engine's own split: 30 validation examples
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270)
+    assert hp["early_stopping_patience"] == 0 and hp["select_by"] == "last" and hp["epochs"] == 12
+    assert "30 validation examples are too few to pick a checkpoint" in hp["why"]
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=99)["select_by"] == "last"
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=100)["select_by"] == "loss"
     large = resolve_hyperparameters(_spec(method="finetune"), SMALL, 10_000)
     assert large["early_stopping_patience"] == 0 and large["select_by"] == "metric"
     assert "at least" not in large["why"]
@@ -123,7 +132,7 @@ def test_explicit_epochs_steps_patience_and_selection_switch_the_floor_off():
     assert resolve_hyperparameters(_spec(epochs=1), SMALL, 270)["epochs"] == 1.0
     hp = resolve_hyperparameters(_spec(max_steps=50), SMALL, 270)
     assert hp["max_steps"] == 50 and hp["early_stopping_patience"] == 0
-    hp = resolve_hyperparameters(_spec(early_stopping_patience=1, select_by="metric"), SMALL, 270)
+    hp = resolve_hyperparameters(_spec(early_stopping_patience=1, select_by="metric"), SMALL, 270, n_validation=20)
     assert hp["epochs"] == 12 and hp["early_stopping_patience"] == 1 and hp["select_by"] == "metric"
 
 

@@ -47,16 +47,16 @@ def test_mean_pooling_ignores_padding():
 
 
 @pytest.mark.parametrize("n,classes,kwargs,expected", [
-    (98, 2, {}, "setfit"),  # 49 per class; 50 is fine-tuned
     (2 * SETFIT_MAX_PER_CLASS - 2, 2, {}, "setfit"),
     (2 * SETFIT_MAX_PER_CLASS, 2, {}, "finetune"),
+    (90, 6, {}, "setfit"),  # TREC-6 from 100 questions: 15 a class
     (1500, 15, {}, "finetune"),
-    (600, 15, {}, "setfit"),
+    (15 * SETFIT_MAX_PER_CLASS - 15, 15, {}, "setfit"),
     (40, 2, {"pairs": True}, "finetune"),
     (40, 2, {"multi_label": True}, "finetune"),
     (40, 2, {"lora": True}, "finetune"),
 ])
-def test_auto_picks_setfit_below_fifty_examples_per_class(n, classes, kwargs, expected):
+def test_auto_picks_setfit_below_the_examples_per_class_line(n, classes, kwargs, expected):
     method, why = choose_method("text-classification", "auto", n, classes, **kwargs)
     assert method == expected and why
 

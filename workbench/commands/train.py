@@ -87,7 +87,7 @@ def train(
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     lora: bool = typer.Option(False, "--lora", help="Train LoRA adapters instead of all weights."),
     method: Optional[str] = typer.Option(None, "--method",
-                                         help="Text classification: auto (SetFit below ~50 examples per class), "
+                                         help="Text classification: auto (SetFit below 25 examples per class), "
                                               "finetune or setfit."),
     procs: Optional[int] = typer.Option(None, "--procs",
                                         help="Data-parallel processes on a CPU worker (default: the worker's "

@@ -90,7 +90,7 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     """What the run will do: examples seen in training, evaluations, checkpoints, validation examples."""
     info = catalogue.ModelInfo("x", "x", "x", 0, 0, 0, parameters)
     method, why = plan_method(spec, n_train, shape)
-    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method)
+    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method, n_validation=n_validation or None)
     if why:
         hp["why"] += f" ({why})"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])

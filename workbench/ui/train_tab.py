@@ -221,7 +221,7 @@ def build(wb) -> TrainTab:
                                          visible=False)
                     method = gr.Radio(list(hyperparameters.METHODS), value="auto", elem_id="train-method",
                                       label="Method (text classification)",
-                                      info="auto: SetFit below ~50 examples per class, else fine-tuning")
+                                      info="auto: SetFit below 25 examples per class, else fine-tuning")
             with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):
                 with gr.Row():
                     lora_on = gr.Checkbox(False, label="Use LoRA", elem_id="train-lora")
