@@ -221,6 +221,7 @@ def train_setfit(spec, output_dir: Path, reporter, hp: dict, path: str, train: l
     callback = _ReporterCallback(reporter)
     dataset = Dataset.from_list([{"text": r["text"], "label": label2id[str(r["label"])]} for r in train])
     trainer = SetFitTrainer(model=model, args=args, train_dataset=dataset, callbacks=[callback.callback])
+    trainer.st_trainer.args.disable_tqdm = True  # progress goes through the reporter; no bars in the run log
     parameters = sum(p.numel() for p in model.model_body.parameters())
     facts = {**facts, "total_steps": hp["max_steps"], "method": "setfit", "trainable_parameters": parameters,
              "total_parameters": parameters}

@@ -164,3 +164,44 @@ def test_compare_leaves_the_timing_and_size_facts_out_of_the_metrics():
                          "checkpoints": 3, "setup_seconds": 4.0, "wall_seconds": 60.0, "f1_macro": 0.8,
                          "processes": 2}}]
     assert compare_tab.quality_metrics(runs) == ["accuracy", "f1_macro"]
+
+
+def test_the_train_form_says_what_the_defaults_chose_for_a_small_dataset(wb):
+    """60 SMS messages (54 train after the split, 2 classes: 27 a class): fine-tuning with the step floor and
+    the reason; SetFit when asked for."""
+    from pathlib import Path
+
+    from workbench.services import datasets as data_service
+
+    data = Path(__file__).parent / "data" / "ui" / "sms_sample.csv"
+    dataset = data_service.import_dataset(wb, data, "text-classification", tokenizer=False)
+    spec = RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset.id), train=TrainSpec())
+    facts = train_tab.model_facts(wb, spec)
+    assert "What the defaults chose: 54 examples: 30 epoch(s), 210 steps" in facts
+    assert "the last one is kept" in facts and "27 examples per class: fine-tuning" in facts
+    assert "- **standard**: 30 epoch(s), 210 steps on 54 training examples" in facts
+    spec.train.method = "setfit"
+    facts = train_tab.model_facts(wb, spec)
+    assert "54 examples: SetFit, 135 steps of 16 text pairs" in facts and "- **standard**: SetFit, 135 steps" in facts
+    assert train_tab.spec_from_form("text-classification", dataset.id, "all-MiniLM-L6-v2", "quick", "", {},
+                                    method="setfit").train.method == "setfit"
+    assert train_tab.form_from_spec(spec.to_dict())["method"] == "setfit"
+
+
+def test_run_header_and_table_put_the_baselines_beside_the_score(wb):
+    run_id = _runs(wb, 1)[0]
+    with wb.db.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.progress = "succeeded", 1.0
+        run.metrics = {"accuracy": 0.633, "baselines": {"majority": {"accuracy": 0.633, "f1_macro": 0.39},
+                                                        "tfidf_logreg": {"accuracy": 0.71, "f1_macro": 0.7}},
+                       "verdict": {"status": "did_not_learn",
+                                   "message": "did not learn: predicts 'neg' for 100% of the validation examples"}}
+    view = runs_tab.run_view(wb, run_id)
+    assert "majority class 0.633 · TF-IDF + logistic regression 0.710" in view.header
+    assert "⚠ This run did not learn: predicts &#x27;neg&#x27; for 100%" in view.header
+    rows, _ = runs_tab.list_page(wb)
+    assert rows[0][5] == "⚠ accuracy 0.6330 (baseline 0.710)"
+    assert runs_service.learned_warning(wb, run_id).startswith("did not learn")
+    table = compare_tab.compare(wb, [run_id]).metrics
+    assert table["Verdict"][0].startswith("did not learn") and "TF-IDF" in table["Baselines (same split)"][0]
