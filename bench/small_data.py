@@ -363,7 +363,7 @@ def table(results: dict) -> str:
         if not cells:
             continue
         methods = [m for m in METHODS if any(m == k[1] for k in cells)]
-        lines += [f"**{name}** ({metric} on the test file; mean ± sd over seeds, wall time in seconds)", "",
+        lines += [f"**{name}** ({metric} on the test file, wall time in seconds; mean ± sd where several seeds ran)", "",
                   "| examples | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
         for size in SIZES:
             row = []
@@ -375,7 +375,8 @@ def table(results: dict) -> str:
                 scores = [v["score"] for v in values]
                 spread = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
                 seconds = statistics.mean(v["seconds"] for v in values)
-                row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s, n={len(scores)})")
+                seeds = f", {len(scores)} seeds" if len(scores) > 1 else ""
+                row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s{seeds})")
             if any(c != "—" for c in row):
                 lines.append(f"| {size} | " + " | ".join(row) + " |")
         lines.append("")

@@ -46,6 +46,7 @@ SMALL_DATA_PATIENCE = 3  # evaluations without a lower validation loss before a 
 # loss of 10 examples rises (over-confidence) while accuracy still improves. TREC-6, 100 questions:
 # early stopping on that loss kept step 96 of 360 (accuracy 0.728); the last checkpoint scored 0.803.
 MIN_VALIDATION_TO_SELECT = 100
+SMALL_DATA_EVALUATIONS = 10  # evaluations (and checkpoints) of a small-data run; half without selection
 METHODS = ("auto", "finetune", "setfit")
 # "auto" picks SetFit for single-label text classification below this many training examples per class.
 # Measured (seed 1, test files): TREC-6 100 questions (15 a class) SetFit 0.838 vs fine-tuning 0.803, 32
@@ -187,6 +188,11 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         # a few dozen rank nothing
         select_by = ("last" if tiny_validation else "loss") if small_data else "metric"
     steps = math.ceil(math.ceil(n_used / batch) / train.gradient_accumulation_steps * epochs)
+    eval_steps = train.eval_steps
+    if small_data and eval_steps is None:
+        # an evaluation and a checkpoint after each of 30 short epochs cost more than the training (WNUT-16,
+        # 32 sentences: 120 steps took 238 s); a few evaluations spread over the run are enough to pick one
+        eval_steps = math.ceil(steps / (SMALL_DATA_EVALUATIONS // 2 if tiny_validation else SMALL_DATA_EVALUATIONS))
     why = f"{n_used:,} examples: {epochs:g} epoch(s), {max_steps or steps:,} steps, lr {lr:g}"
     if small_data and tiny_validation:
         why += (f" — few examples, so at least {MIN_STEPS[preset]} steps; {n_validation} validation examples "
@@ -209,7 +215,7 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         "weight_decay": train.weight_decay,
         "seed": train.seed,
         "early_stopping_patience": patience,
-        "eval_steps": train.eval_steps,
+        "eval_steps": eval_steps,
         "class_weights": train.class_weights,
         "multi_label": train.multi_label,
         "label_all_subtokens": train.label_all_subtokens,

@@ -156,3 +156,15 @@ def test_setfit_hyperparameters_scale_pairs_with_the_data_within_a_budget():
     assert resolve_hyperparameters(_spec(), SMALL, 5000, method="setfit")["max_steps"] == SETFIT_MAX_STEPS
     assert resolve_hyperparameters(_spec(max_steps=7), SMALL, 5000, method="setfit")["max_steps"] == 7
     assert "SetFit" in tiny["why"]
+
+
+def test_a_small_data_run_evaluates_a_few_times_not_after_each_short_epoch():
+    from jobs.hyperparameters import evaluations_during_training
+
+    tiny = resolve_hyperparameters(_spec(method="finetune"), SMALL, 29)  # 30 epochs of 4 steps
+    assert tiny["epochs"] == 30 and tiny["eval_steps"] == 24  # 120 steps, 5 evaluations
+    assert evaluations_during_training(tiny, 4) == 5
+    selecting = resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=100)
+    assert selecting["eval_steps"] == 46 and evaluations_during_training(selecting, 113) == 9
+    assert resolve_hyperparameters(_spec(method="finetune", eval_steps=7), SMALL, 29)["eval_steps"] == 7
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 10_000)["eval_steps"] is None
