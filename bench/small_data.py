@@ -401,9 +401,9 @@ def plot(results: dict, path: Path = PLOT) -> None:
                     scores = [v["score"] for v in values]
                     ys.append(statistics.mean(scores))
                     es.append(statistics.stdev(scores) if len(scores) > 1 else 0.0)
-            if xs:
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method,
-                            linewidth=2.5 if method == "workbench" else 1.2)
+            if xs:  # one colour per method in every panel (a panel without SetFit keeps the others' colours)
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method, color=f"C{METHODS.index(method)}",
+                            linewidth=2.5 if method == "workbench" else 1.2, zorder=3 if method == "workbench" else 2)
         ax.set_xscale("log")
         ax.set_title({"sms": "SMS spam (accuracy)", "trec": "TREC-6 (accuracy)", "wnut": "WNUT-16 (entity F1)"}[name])
         ax.set_xlabel("training examples")
