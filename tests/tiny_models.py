@@ -29,7 +29,8 @@ def tiny_sentence_model(folder: Path) -> Path:
     if (folder / "modules.json").is_file():
         return folder
     body = models.Transformer(str(tiny_bert(folder.parent / (folder.name + "-bert"))), max_seq_length=64)
-    pooling = models.Pooling(body.get_word_embedding_dimension(), pooling_mode="mean")
+    dimension = getattr(body, "get_embedding_dimension", None) or body.get_word_embedding_dimension
+    pooling = models.Pooling(dimension(), pooling_mode="mean")
     SentenceTransformer(modules=[body, pooling, models.Normalize()]).save(str(folder))
     return folder
 
