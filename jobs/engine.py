@@ -81,16 +81,14 @@ def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
 
 def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple[str, str]:
     """The training method for ``spec`` on ``records`` (see ``jobs.hyperparameters.choose_method``)."""
-    from jobs.hyperparameters import choose_method, examples_used, is_sentence_model, train_examples_cap
+    from jobs.hyperparameters import is_sentence_model, method_for
 
     if spec.task != "text-classification":
         return "finetune", ""
-    multi = any(isinstance(r.get("label"), list) for r in records) or bool(spec.train.multi_label)
+    multi = any(isinstance(r.get("label"), list) for r in records)
     classes = len({str(r.get("label")) for r in records}) if not multi else 2
-    n_used = examples_used(len(records), train_examples_cap(spec.train.preset, spec.train.max_train_examples))
-    return choose_method(spec.task, spec.train.method, n_used, classes, multi_label=multi,
-                         pairs=any(r.get("text_pair") for r in records), lora=spec.lora.enabled,
-                         sentence_model=is_sentence_model(model_path))
+    return method_for(spec, len(records), classes, multi_label=multi,
+                      pairs=any(r.get("text_pair") for r in records), sentence_model=is_sentence_model(model_path))
 
 
 def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:

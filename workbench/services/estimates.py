@@ -77,12 +77,9 @@ def plan_method(spec: RunSpec, n_train: int, shape: Optional[dict[str, Any]] = N
     shape = shape or {}
     if spec.task != "text-classification":
         return "finetune", ""
-    cap = hyperparameters.train_examples_cap(spec.train.preset, spec.train.max_train_examples)
-    n_used = hyperparameters.examples_used(n_train, cap)
-    return hyperparameters.choose_method(spec.task, spec.train.method, n_used, shape.get("classes") or 2,
-                                         multi_label=bool(shape.get("multi_label") or spec.train.multi_label),
-                                         pairs=bool(shape.get("pairs")), lora=spec.lora.enabled,
-                                         sentence_model=bool(shape.get("sentence_model", True)))
+    return hyperparameters.method_for(spec, n_train, shape.get("classes") or 2,
+                                      multi_label=bool(shape.get("multi_label")), pairs=bool(shape.get("pairs")),
+                                      sentence_model=bool(shape.get("sentence_model", True)))
 
 
 def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
