@@ -1,7 +1,9 @@
 """REST edge: ``POST /api/v1/predict/<slug>``; workbench errors become JSON errors here, and only here.
 
-Every refusal is a 4xx JSON error: a body over ``MAX_BODY`` bytes (413), one that is not JSON or is
-nested too deeply to parse (422), a GET (405). The server keeps serving whatever a caller sends.
+Every refusal is a JSON error: a body over ``MAX_BODY`` bytes (413), one that is not JSON or is
+nested too deeply to parse (422), a GET (405); a public playground's caller over the per-address
+rate (429) and a prediction that finds every slot and the wait queue taken (503) come with
+``Retry-After``. The server keeps serving whatever a caller sends.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from workbench.errors import ConfigError, ModelUnavailable, NotFound, WorkbenchError
 from workbench.playground import service
+from workbench.playground.limits import Busy, RateLimited, Refused
 from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import API_PREFIX, AccessDenied
 
@@ -35,6 +38,10 @@ def error_status(exc: WorkbenchError) -> int:
         return 413
     if isinstance(exc, MethodNotAllowed):
         return 405
+    if isinstance(exc, RateLimited):
+        return 429
+    if isinstance(exc, Busy):
+        return 503
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, AccessDenied):
@@ -50,8 +57,11 @@ def error_response(exc: WorkbenchError) -> JSONResponse:
     """The JSON answer to a refused request, and its one line in the server log (a caller's mistake, no traceback)."""
     status = error_status(exc)
     log.warning("predict refused (%d): %s", status, " ".join(str(exc).split()))
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Allow": "POST"} if status == 405 else None
-    return JSONResponse({"error": str(exc), "status": status}, status_code=status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Allow": "POST"} if status == 405 else {}
+    body = {"error": str(exc), "status": status}
+    if isinstance(exc, Refused):
+        headers["Retry-After"], body["retry_after"] = str(exc.retry_after), exc.retry_after
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def request_token(request: Request) -> Optional[str]:
@@ -99,8 +109,10 @@ def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRo
         if only_slug is not None and slug != only_slug:
             return error_response(NotFound(f"playground {slug!r} does not exist"))
         try:
-            # Auth before reading: a caller without the token learns nothing about the inputs.
-            await run_in_threadpool(runtime.target, slug, request_token(request))
+            # Auth before reading: a caller without the token learns nothing about the inputs;
+            # the rate before reading too: a caller over it costs no body.
+            target = await run_in_threadpool(runtime.target, slug, request_token(request))
+            runtime.admit(target, request.client.host if request.client else None)
             payload = parse_body(await read_body(request))
             result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], request_token(request))
         except WorkbenchError as exc:

@@ -35,13 +35,14 @@ def attention_maps(predictor: Predictor, text: str, text_pair: Optional[str] = N
                    max_tokens: int = MAX_TOKENS) -> AttentionMaps:
     """Attention weights of every layer and head for one input (truncated to ``max_tokens`` for legibility).
 
-    For pair and QA models the second text goes in as the second segment, as in training.
+    For pair and QA models the second text goes in as the second segment, as in training. Only
+    this uses the predictor's eager twin: SDPA, which predictions use, returns no weights.
     """
     text = predictor.model_text(text)
     enc = predictor.encode(text, text_pair, max_length=max_tokens)
-    out = predictor.forward(enc, output_attentions=True)
+    out = predictor.forward(enc, model=predictor.attention_model(), output_attentions=True)
     if not out.attentions:
-        raise RuntimeError("the model returned no attentions; it must be loaded with attn_implementation='eager'")
+        raise RuntimeError("the model returned no attentions; the eager twin must compute attention eagerly")
     weights = np.stack([a[0].float().cpu().numpy() for a in out.attentions])
     tokens = predictor.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
     return AttentionMaps(tokens=[str(t) for t in tokens], weights=weights)

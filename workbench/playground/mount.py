@@ -12,7 +12,12 @@ restart. Every request under ``/play/<slug>`` passes one gate first:
   uploads answer 404/403 here, so a visitor reaches no file of the workbench (its uploads, model
   zips) and cannot store any; the heat-maps travel inline in the page instead of as files;
 * a POST body is read once, at most ``MAX_BODY`` bytes, and must be JSON that names one of the
-  playground's own functions, else a 4xx JSON error (Gradio itself answers 500 to some of these);
+  playground's own functions — by index (``queue/join``, and ``run/``/``api/`` with a ``fn_index``,
+  which the page uses to fill in an example) or by public API name (``call/<name>``, ``run/<name>``)
+  — else a 4xx JSON error (Gradio itself answers 500 with a traceback to unknown ones);
+* the playground's Gradio queue is bounded (``playground_queue`` waiting events, ``playground_concurrency``
+  running per event) and its functions predict through the same forward-pass slots as the REST API;
+  a full queue answers 503 with ``Retry-After``;
 * then the request goes to that playground's own Gradio app and nowhere else.
 
 The gate is an ASGI middleware (it sees ``/play/...`` before any route), so the
@@ -22,6 +27,7 @@ and the playground apps never see the workbench's routes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import json
 import logging
@@ -52,6 +58,9 @@ _PAGE_ROUTES = frozenset({
 })
 _PAGE_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon/", "/gradio_api/heartbeat/",
                   "/gradio_api/call/", "/gradio_api/run/", "/gradio_api/api/")
+_QUEUE_JOIN = "/gradio_api/queue/join"
+_DIRECT_PREFIXES = ("/gradio_api/run/", "/gradio_api/api/")  # Gradio runs these without its queue
+_NAMED_PREFIXES = ("/gradio_api/call/v2/", "/gradio_api/call/", *_DIRECT_PREFIXES)
 _UPLOAD_ROUTES = ("/gradio_api/upload", "/gradio_api/upload_progress", "/upload")
 
 
@@ -67,7 +76,21 @@ def _json_error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
 
-def check_call_body(rest: str, body: bytes, functions: frozenset[int]) -> Optional[JSONResponse]:
+@dataclasses.dataclass(frozen=True)
+class PageFunctions:
+    """What a call to a playground's Gradio app may name: any function by index, a public API by name."""
+
+    indexes: frozenset[int] = frozenset()
+    api_names: frozenset[str] = frozenset()
+
+
+def called_api(rest: str) -> Optional[str]:
+    """The API name a POST to ``call/<name>``, ``call/v2/<name>``, ``run/<name>`` or ``api/<name>`` names."""
+    prefix = next((p for p in _NAMED_PREFIXES if rest.startswith(p)), None)
+    return rest.removeprefix(prefix).strip("/") if prefix else None
+
+
+def check_call_body(rest: str, body: bytes, functions: PageFunctions) -> Optional[JSONResponse]:
     """None when a POST body is a JSON object Gradio can run for this playground, else the 4xx answer."""
     try:
         payload = json.loads(body or b"null")
@@ -75,10 +98,15 @@ def check_call_body(rest: str, body: bytes, functions: frozenset[int]) -> Option
         return _json_error("the request body is not valid JSON (or is nested too deeply)", 400)
     if not isinstance(payload, dict) or not isinstance(payload.get("data", []), list):
         return _json_error('the request body must be a JSON object like {"data": [...]}', 422)
-    if rest == "/gradio_api/queue/join":
+    if rest == _QUEUE_JOIN or (rest.startswith(_DIRECT_PREFIXES) and payload.get("fn_index") is not None):
         index = payload.get("fn_index")
-        if isinstance(index, bool) or not isinstance(index, int) or index not in functions:
+        if isinstance(index, bool) or not isinstance(index, int) or index not in functions.indexes:
             return _json_error(f"fn_index {index!r} is not a function of this playground", 422)
+        return None
+    api = called_api(rest)
+    if api is not None and api not in functions.api_names:
+        known = ", ".join(f"/{name}" for name in sorted(functions.api_names)) or "none"
+        return _json_error(f"{api!r} is not an API of this playground (it has: {known})", 404)
     return None
 
 
@@ -122,7 +150,7 @@ class PlaygroundGate:
     def __init__(self, app: Any, wb: Workbench, runtime: Playgrounds, only_slug: Optional[str] = None):
         self.app, self.wb, self.runtime, self.only_slug = app, wb, runtime, only_slug
         self._apps: dict[str, Any] = {}
-        self._functions: dict[str, frozenset[int]] = {}
+        self._functions: dict[str, PageFunctions] = {}
         self._build_lock = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -153,11 +181,12 @@ class PlaygroundGate:
         if scope.get("method") == "POST":
             body = await read_body(receive, MAX_BODY)
             refusal = (_json_error(f"the request body is larger than {MAX_BODY:,} bytes", 413) if body is None
-                       else check_call_body(rest, body, self._functions.get(slug, frozenset())))
+                       else check_call_body(rest, body, self._functions.get(slug, PageFunctions())))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
             receive = replay(body, receive)
+            send = _retry_after_when_full(send, self.runtime.slots.retry_after)
         token, from_query = _request_token(scope)
         if from_query and token:
             send = _with_cookie(send, slug, token)
@@ -189,9 +218,9 @@ class PlaygroundGate:
                 self._apps[slug], self._functions[slug] = await self._build(slug)
         return self._apps[slug]
 
-    async def _build(self, slug: str) -> tuple[Any, frozenset[int]]:
+    async def _build(self, slug: str) -> tuple[Any, PageFunctions]:
         """A holder FastAPI app with the playground's Blocks mounted at /play/<slug> (so Gradio sees its root),
-        and the indexes of the Blocks' functions (what a queue/join may name)."""
+        and the Blocks' functions (what a queue/join and a call/<name> may name)."""
         import gradio as gr
         from fastapi import FastAPI
 
@@ -205,7 +234,20 @@ class PlaygroundGate:
         blocks.run_startup_events()
         await blocks.run_extra_startup_events()
         log.info("playground %s ready at %s/%s/", slug, PLAY_PREFIX, slug)
-        return holder, frozenset(blocks.fns)
+        public = frozenset(fn.api_name for fn in blocks.fns.values() if fn.api_name and fn.api_visibility == "public")
+        return holder, PageFunctions(indexes=frozenset(blocks.fns), api_names=public)
+
+
+def _retry_after_when_full(send: Any, seconds: Any) -> Any:
+    """Add ``Retry-After`` to Gradio's 503 (its queue is full), which comes without one."""
+
+    async def wrapped(message: dict) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 503:
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"retry-after"]
+            message = {**message, "headers": [*headers, (b"retry-after", str(max(1, seconds())).encode())]}
+        await send(message)
+
+    return wrapped
 
 
 def _with_cookie(send: Any, slug: str, token: str) -> Any:

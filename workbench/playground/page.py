@@ -119,26 +119,31 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
     card = service.get_card(wb, slug)
     examples = _example_rows(service.validation_examples(wb, slug), fields, kind)
 
-    def predict(*values: str):
+    def page_input(values: tuple[str, ...]) -> Any:
+        """The widgets' values as a prediction's ``inputs``; asks for what is missing first."""
         missing = [_FIELD_LABELS[f].lower() for f, v in zip(fields, values) if not (v or "").strip()]
         if missing:
             raise gr.Error(f"Type {' and '.join('a ' + m for m in missing)} first." if len(fields) > 1
                            else "Type some text first.")
-        item = dict(zip(fields, values))
-        raw = item if len(fields) > 1 else values[0]
+        return dict(zip(fields, values)) if len(fields) > 1 else values[0]
+
+    # The request comes first: Gradio hands a gr.Request only to a parameter before the *values.
+    def predict(request: gr.Request, *values: str):
+        raw = page_input(values)
         try:
+            runtime.admit(runtime.target(slug, check=False), _client_address(request))
             result = runtime.predict(slug, raw, check=False)
         except WorkbenchError as exc:
             raise gr.Error(str(exc)) from None
         prediction = result["predictions"][0]
+        item = dict(zip(fields, values))
         return _widget_value(kind, prediction, {**item, "text": values[0]}), {**prediction,
                                                                            "latency_ms": result["latency_ms"]}
 
     def attention(layer: float, head: float, *values: str):
-        if not values[0] or not values[0].strip():
-            raise gr.Error("type a text first")
+        raw = page_input(values)
         try:
-            maps = runtime.attention(slug, values[0], values[1] if len(values) > 1 else None)
+            maps = runtime.attention(slug, raw)
             layer_index = min(int(layer), maps.layers) - 1
             head_index = min(int(head), maps.heads) - 1
             where = f"layer {layer_index + 1}"
@@ -184,4 +189,17 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
         head.release(**attention_args)
         blocks.load(None, None, link, js="() => window.location.href", api_visibility="private")
         copy.click(None, None, None, js=COPY_LINK_JS, api_visibility="private")
+    # A bounded queue: events beyond it are refused (503) instead of held; every event then waits for
+    # the runtime's forward-pass slots, which the REST API shares. api_open=False: the direct run/ and
+    # api/ routes (the page fills in examples through them) never run a queued function, so no prediction
+    # skips the queue.
+    settings = wb.settings
+    blocks.queue(api_open=False, max_size=max(1, settings.playground_queue),
+                 default_concurrency_limit=settings.playground_concurrency)
     return quiet_user_errors(blocks)
+
+
+def _client_address(request: Optional[gr.Request]) -> Optional[str]:
+    """The client address the server gave the request (behind a trusted proxy, the forwarded one)."""
+    client = getattr(request, "client", None) if request is not None else None
+    return getattr(client, "host", None)

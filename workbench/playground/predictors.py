@@ -8,11 +8,12 @@ what shape was expected.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import threading
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -26,9 +27,15 @@ TEXT, PAIR, TOKENS, QA, MLM = (
 KINDS = (TEXT, PAIR, TOKENS, QA, MLM)
 MAX_BATCH = 64
 MAX_CHARS = 20_000
+MAX_MASKS = 5  # fills per text: each candidate repeats the whole text, so they are bounded too
 TOP_K = 5
 MASK_PLACEHOLDER = "[MASK]"
-QA_MAX_LENGTH, QA_STRIDE, QA_MAX_ANSWER_TOKENS = 384, 128, 30
+QA_STRIDE, QA_MAX_ANSWER_TOKENS = 128, 30
+MODEL_LIMIT = 512  # the most tokens a playground reads per input, whatever the run says
+MAX_TOKENS = 64 * MODEL_LIMIT  # tokens per request after truncation, unless the server says otherwise
+# Activations one forward pass may hold, in float32 values: a pass takes as many rows as fit, counting per
+# token four intermediate-width activations plus the output (the vocabulary for a masked LM).
+PASS_FLOATS = 32 * 2**20
 
 
 class InvalidInput(ConfigError):
@@ -53,12 +60,12 @@ _EXPECTED = {
     QA: '{"question": str, "context": str}',
     MLM: f'a string containing {MASK_PLACEHOLDER}, or {{"text": str}}',
 }
-_FIELDS = {TEXT: ("text",), PAIR: ("text", "text_pair"), TOKENS: ("text",), QA: ("question", "context"),
-           MLM: ("text",)}
+FIELDS = {TEXT: ("text",), PAIR: ("text", "text_pair"), TOKENS: ("text",), QA: ("question", "context"),
+          MLM: ("text",)}
 
 
 def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
-    fields = _FIELDS[kind]
+    fields = FIELDS[kind]
     if isinstance(raw, str) and len(fields) == 1:
         item = {fields[0]: raw}
     elif isinstance(raw, (list, tuple)) and kind == PAIR and len(raw) == 2:
@@ -84,6 +91,9 @@ def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
     if kind == MLM and MASK_PLACEHOLDER not in item["text"]:
         raise InvalidInput(f"{where}: the text has no {MASK_PLACEHOLDER}; put {MASK_PLACEHOLDER} where a word "
                            "should be filled in")
+    if kind == MLM and item["text"].count(MASK_PLACEHOLDER) > MAX_MASKS:
+        raise InvalidInput(f"{where}: the text has {item['text'].count(MASK_PLACEHOLDER)} {MASK_PLACEHOLDER}s; "
+                           f"the limit is {MAX_MASKS} per text")
     return item
 
 
@@ -202,18 +212,44 @@ def best_span(start_logits: np.ndarray, end_logits: np.ndarray, context_mask: np
 _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", PAIR: "AutoModelForSequenceClassification",
                   TOKENS: "AutoModelForTokenClassification", QA: "AutoModelForQuestionAnswering",
                   MLM: "AutoModelForMaskedLM"}
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def rows_per_pass(length: int, floats_per_token: int, budget: Optional[int] = None) -> int:
+    """How many rows of ``length`` tokens one forward pass takes to hold about ``budget`` (``PASS_FLOATS``) floats."""
+    return max(1, (budget or PASS_FLOATS) // max(1, length * floats_per_token))
+
+
+def eager_twin(model):
+    """A copy of ``model`` that computes attention eagerly (so it returns attention maps) on the SAME tensors.
+
+    The module tree and its config are copied, every parameter and buffer is shared: the twin
+    costs no weight memory, and switching it to eager leaves the original on SDPA.
+    """
+    from transformers import PreTrainedModel
+
+    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    twin = copy.deepcopy(model, memo=shared)
+    for module in twin.modules():
+        if isinstance(module, PreTrainedModel):
+            module.set_attn_implementation("eager")
+    return twin
 
 
 class Predictor:
     """A loaded model and tokenizer for one kind of prediction.
 
-    Loaded with eager attention so the same weights also give attention maps
-    (SDPA returns none); on CPU the two are equally fast for these encoders.
-    The fast tokenizer is not safe to call from several threads at once, so a
-    lock guards it; forward passes run concurrently.
+    Predictions run with SDPA attention, which never holds the attention weights: with eager
+    attention a batch of 64 inputs of 512 tokens held a 64 x 12 x 512 x 512 tensor per layer
+    and one request cost ~1.8 GB. Attention maps come from ``attention_model``, an eager twin
+    sharing the weights, made on the first map asked for. Inputs are truncated to ``max_length``,
+    the length the run was trained at (at most the model's limit and ``MODEL_LIMIT``); a request
+    over ``max_tokens`` tokens after truncation is refused. The fast tokenizer is not safe to call
+    from several threads at once, so a lock guards it; forward passes run concurrently.
     """
 
-    def __init__(self, model_dir: Path, kind: str, device: str = "cpu"):
+    def __init__(self, model_dir: Path, kind: str, device: str = "cpu", max_length: Optional[int] = None,
+                 max_tokens: int = MAX_TOKENS, doc_stride: Optional[int] = None):
         import torch
         import transformers
 
@@ -222,20 +258,31 @@ class Predictor:
         self.kind, self.device, self.model_dir = kind, device, Path(model_dir)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
         if kind == TEXT and is_setfit_model(model_dir):
-            self.model = load_classifier(model_dir, attn_implementation="eager").to(device).eval()
+            self.model = load_classifier(model_dir, attn_implementation="sdpa").to(device).eval()
         else:
             model_class = getattr(transformers, _MODEL_CLASSES[kind])
-            self.model = model_class.from_pretrained(str(model_dir), attn_implementation="eager").to(device).eval()
-        self.max_length = int(min(512, self.tokenizer.model_max_length or 512,
-                                  getattr(self.model.config, "max_position_embeddings", 512) or 512))
-        self.id2label = {int(k): v for k, v in (self.model.config.id2label or {}).items()}
-        self.multi_label = self.model.config.problem_type == "multi_label_classification"
+            self.model = model_class.from_pretrained(str(model_dir), attn_implementation="sdpa").to(device).eval()
+        config = self.model.config
+        limits = (max_length, MODEL_LIMIT, self.tokenizer.model_max_length,
+                  getattr(config, "max_position_embeddings", None))
+        self.max_length = int(min(n for n in limits if n))
+        self.max_tokens = int(max_tokens)
+        # the engine's rule: the overlap of QA windows leaves room to advance
+        self.doc_stride = min(doc_stride or QA_STRIDE, self.max_length // 3)
+        self.id2label = {int(k): v for k, v in (config.id2label or {}).items()}
+        self.multi_label = config.problem_type == "multi_label_classification"
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", 768)
+        intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None) or 4 * hidden
+        outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
+        self.floats_per_token = 4 * int(intermediate) + int(outputs)
         self._tok_lock = threading.Lock()
+        self._twin_lock = threading.Lock()
+        self._eager = None
         self._torch = torch
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the weights and buffers (what the cache's memory bound counts)."""
+        """Bytes held by the weights and buffers (what the cache's memory bound counts; the eager twin shares them)."""
         tensors = list(self.model.parameters()) + list(self.model.buffers())
         return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -243,17 +290,46 @@ class Predictor:
         return self.id2label.get(index, f"LABEL_{index}")
 
     def encode(self, *texts: Any, max_length: Optional[int] = None, **kwargs: Any):
-        """Tokenize (padded, truncated to the model's limit or ``max_length``) under the tokenizer lock."""
+        """Tokenize (padded, truncated to ``max_length`` or the run's length) under the tokenizer lock."""
         kwargs.setdefault("truncation", True)
         with self._tok_lock:
             return self.tokenizer(*texts, max_length=min(max_length or self.max_length, self.max_length),
                                   padding=True, return_tensors="pt", **kwargs)
 
-    def forward(self, enc, **kwargs: Any):
-        model_inputs = {k: v.to(self.device) for k, v in enc.items()
-                        if k in ("input_ids", "attention_mask", "token_type_ids")}
+    def check_size(self, enc) -> None:
+        """Refuse a request whose tokens after truncation (rows x padded length) exceed ``max_tokens``."""
+        rows, length = enc["input_ids"].shape
+        if rows * length > self.max_tokens:
+            raise InvalidInput(f"the request is {rows} sequence(s) of {length} tokens after truncation to "
+                               f"{self.max_length} tokens = {rows * length:,} tokens; the limit is "
+                               f"{self.max_tokens:,} tokens per request: send fewer or shorter inputs")
+
+    def attention_model(self):
+        """The eager twin of the model (made once, on first use): the only path that returns attention maps."""
+        with self._twin_lock:
+            if self._eager is None:
+                self._eager = eager_twin(self.model)
+            return self._eager
+
+    def forward(self, enc, model=None, **kwargs: Any):
+        """One forward pass of ``model`` (default: the SDPA model) over all of ``enc``."""
+        model_inputs = {k: v.to(self.device) for k, v in enc.items() if k in _MODEL_INPUTS}
         with self._torch.inference_mode():
-            return self.model(**model_inputs, **kwargs)
+            return (model or self.model)(**model_inputs, **kwargs)
+
+    def passes(self, enc) -> Iterator[tuple[slice, Any]]:
+        """(rows, outputs) of forward passes over ``enc`` of a few rows each (see ``PASS_FLOATS``)."""
+        self.check_size(enc)
+        rows, length = enc["input_ids"].shape
+        step = rows_per_pass(length, self.floats_per_token)
+        for start in range(0, rows, step):
+            part = slice(start, min(rows, start + step))
+            yield part, self.forward({k: enc[k][part] for k in _MODEL_INPUTS if k in enc})
+
+    def _arrays(self, enc, *names: str) -> list[np.ndarray]:
+        """The named outputs (``logits``, ``start_logits``, ...) of the passes over ``enc``, rows joined again."""
+        parts = [[getattr(out, name).float().cpu().numpy() for name in names] for _, out in self.passes(enc)]
+        return [np.concatenate(column) for column in zip(*parts)]
 
     def predict(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:
         """One result per validated item (see ``normalize_inputs``)."""
@@ -269,7 +345,7 @@ class Predictor:
         texts = [i["text"] for i in items]
         pairs = [i["text_pair"] for i in items] if self.kind == PAIR else None
         enc = self.encode(texts, pairs) if pairs else self.encode(texts)
-        logits = self.forward(enc).logits.float().cpu().numpy()
+        (logits,) = self._arrays(enc, "logits")
         probs = 1 / (1 + np.exp(-logits)) if self.multi_label else softmax(logits)
         out = []
         for row in probs:
@@ -281,7 +357,7 @@ class Predictor:
     def _tokens(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:
         texts = [i["text"] for i in items]
         enc = self.encode(texts, return_offsets_mapping=True)
-        probs = softmax(self.forward(enc).logits.float().cpu().numpy())
+        probs = softmax(self._arrays(enc, "logits")[0])
         out = []
         for row, text in enumerate(texts):
             words = split_words(text)
@@ -295,10 +371,10 @@ class Predictor:
     def _qa(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:
         questions = [i["question"] for i in items]
         contexts = [i["context"] for i in items]
-        enc = self.encode(questions, contexts, truncation="only_second", stride=QA_STRIDE,
+        self._check_questions(questions)
+        enc = self.encode(questions, contexts, truncation="only_second", stride=self.doc_stride,
                           return_overflowing_tokens=True, return_offsets_mapping=True)
-        out = self.forward(enc)
-        starts, ends = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        starts, ends = self._arrays(enc, "start_logits", "end_logits")
         sample_of = enc["overflow_to_sample_mapping"].tolist()
         best: dict[int, dict[str, Any]] = {}
         for feature, sample in enumerate(sample_of):
@@ -314,27 +390,43 @@ class Predictor:
         return [best.get(i, {"answer": "", "start": 0, "end": 0, "score": 0.0, "no_answer_score": 1.0})
                 for i in range(len(items))]
 
+    def _check_questions(self, questions: list[str]) -> None:
+        """Refuse a question too long to leave a context window beside it (the tokenizer would abort)."""
+        room = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=True) - self.doc_stride - 1
+        with self._tok_lock:
+            lengths = [len(ids) for ids in self.tokenizer(questions, add_special_tokens=False)["input_ids"]]
+        for index, length in enumerate(lengths):
+            if length > room:
+                where = f"inputs[{index}]" if len(questions) > 1 else "inputs"
+                raise InvalidInput(f"{where}: the question has {length} tokens; this model reads at most {room} "
+                                   f"beside its context ({self.max_length} tokens in all): ask a shorter question")
+
     def _fill(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:
-        texts = [self.model_text(i["text"]) for i in items]
-        enc = self.encode(texts)
-        logits = self.forward(enc).logits.float().cpu().numpy()
-        mask_id = self.tokenizer.mask_token_id
+        enc = self.encode([self.model_text(i["text"]) for i in items])
+        is_mask = (enc["input_ids"] == self.tokenizer.mask_token_id).numpy()
+        special = self.tokenizer.all_special_ids
+        tops: list[list[tuple[np.ndarray, np.ndarray]]] = []  # per text, per mask: the top token ids, their probs
+        for part, out in self.passes(enc):  # a pass's vocabulary-wide logits are reduced before the next
+            for offset, row in enumerate(range(part.start, part.stop)):
+                row_tops = []
+                for position in np.nonzero(is_mask[row])[0]:
+                    probs = softmax(out.logits[offset, position].float().cpu().numpy())
+                    probs[special] = 0.0  # never offer [CLS], [MASK], ... as a fill
+                    top = np.argsort(-probs)[:TOP_K]
+                    row_tops.append((top, probs[top]))
+                tops.append(row_tops)
         out = []
-        for row, item in enumerate(items):
-            positions = np.nonzero(enc["input_ids"][row].numpy() == mask_id)[0]
+        for item, row_tops in zip(items, tops):
+            if not row_tops:
+                raise InvalidInput("the mask was cut off: put [MASK] nearer the start of a long text")
             masks = []
-            for n, position in enumerate(positions):
-                probs = softmax(logits[row, position])
-                probs[self.tokenizer.all_special_ids] = 0.0  # never offer [CLS], [MASK], ... as a fill
-                top = np.argsort(-probs)[:TOP_K]
+            for n, (top, probs) in enumerate(row_tops):
                 candidates = []
-                for token_id in top:
+                for token_id, p in zip(top, probs):
                     token = self.tokenizer.decode([int(token_id)]).strip()
-                    candidates.append({"token": token, "score": round(float(probs[token_id]), 6),
+                    candidates.append({"token": token, "score": round(float(p), 6),
                                        "sequence": _replace_nth(item["text"], MASK_PLACEHOLDER, n, token)})
                 masks.append({"mask": n, "candidates": candidates})
-            if not masks:
-                raise InvalidInput("the mask was cut off: put [MASK] nearer the start of a long text")
             out.append({"text": item["text"], "masks": masks})
         return out
 

@@ -1,4 +1,8 @@
-"""The serving side of playgrounds, shared by the REST API and the pages: cache, kinds, timing. No gradio."""
+"""The serving side of playgrounds, shared by the REST API and the pages: cache, kinds, limits, timing. No gradio.
+
+Both edges go through the same ``admit`` (per-address rate of public playgrounds) and the same
+forward-pass slots (``limits.ForwardSlots``), so neither can bypass the bounds of the other.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +15,8 @@ from workbench.context import Workbench
 from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
 from workbench.playground.cache import ModelCache, folder_weight_bytes, pick_device
-from workbench.playground.predictors import Predictor, normalize_inputs, resolve_kind
+from workbench.playground.limits import ForwardSlots, RateLimit
+from workbench.playground.predictors import FIELDS, InvalidInput, Predictor, normalize_inputs, resolve_kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +35,8 @@ class Playgrounds:
         self.wb = wb
         self.cache: ModelCache[Predictor] = ModelCache(memory_mb or wb.settings.playground_memory_mb)
         self.device = pick_device(wb.settings.device)
+        self.slots = ForwardSlots(wb.settings.playground_concurrency, wb.settings.playground_queue)
+        self.rate = RateLimit(wb.settings.playground_rate_limit)
         self._kinds: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -54,25 +61,46 @@ class Playgrounds:
         heads = config.get("num_attention_heads") or config.get("n_heads") or 1
         return Shape(kind=self.kind(target), layers=int(layers), heads=int(heads))
 
+    def admit(self, target: service.Target, address: Optional[str]) -> None:
+        """Count one prediction of ``address`` on a public playground (``RateLimited`` past the rate).
+
+        ``address`` is the client address the server hands the edge; token holders are not counted.
+        """
+        if target.token_hash is None and address:
+            self.rate.take(address)
+
     def predictor(self, target: service.Target) -> Predictor:
         kind = self.kind(target)
-        return self.cache.get((str(target.model_dir), kind), lambda: Predictor(target.model_dir, kind, self.device),
-                              estimate_bytes=folder_weight_bytes(target.model_dir))
+
+        def load() -> Predictor:
+            max_length, doc_stride = service.trained_lengths(self.wb, target)
+            return Predictor(target.model_dir, kind, self.device, max_length=max_length, doc_stride=doc_stride,
+                             max_tokens=self.wb.settings.playground_max_tokens)
+
+        return self.cache.get((str(target.model_dir), kind), load, estimate_bytes=folder_weight_bytes(target.model_dir))
 
     def predict(self, slug: str, raw: Any, token: Optional[str] = None, check: bool = True) -> dict[str, Any]:
         """Validate, predict and time one request: ``{"predictions": [...], "latency_ms": ...}``.
 
-        Order of checks: unknown slug (404), token (401), input shape (422) — so
-        a caller without the token learns nothing about the expected inputs.
+        Order of checks: unknown slug (404), token (401), input shape (422), a free forward-pass
+        slot (503), size after tokenization (422) — so a caller without the token learns nothing
+        about the expected inputs. The per-address rate is the edge's to count (``admit``).
         """
         started = time.perf_counter()
         target = self.target(slug, token, check)
         kind = self.kind(target)
         items, batch = normalize_inputs(kind, raw)
-        predictions = self.predictor(target).predict(items)
+        predictions = self.slots.run(self.predictor(target).predict, items)
         return {"task": kind, "batch": batch, "predictions": predictions,
                 "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
-    def attention(self, slug: str, text: str, text_pair: Optional[str] = None) -> AttentionMaps:
+    def attention(self, slug: str, raw: Any) -> AttentionMaps:
+        """Attention maps of one input, checked as a prediction's input is (422 with the same messages)."""
         target = self.target(slug, check=False)
-        return attention_maps(self.predictor(target), text, second_text(self.kind(target), text_pair))
+        kind = self.kind(target)
+        items, batch = normalize_inputs(kind, raw)
+        if batch:
+            raise InvalidInput("attention maps are drawn for one input at a time")
+        values = [items[0][field] for field in FIELDS[kind]]
+        first, second = values[0], values[1] if len(values) > 1 else None
+        return self.slots.run(attention_maps, self.predictor(target), first, second_text(kind, second))

@@ -165,6 +165,26 @@ def get_target(wb: Workbench, slug: str) -> Target:
                       output_dir=Path(run.output_dir), token_hash=pg.token_hash)
 
 
+def trained_lengths(wb: Workbench, target: Target) -> tuple[Optional[int], Optional[int]]:
+    """(max_length, doc_stride) the run was trained with: from its ``metrics.json`` (the engine records the
+    resolved hyper-parameters there), else from its spec; None where neither says (the model's limit applies)."""
+    from workbench.services.runs import read_run_hyperparameters
+
+    used = read_run_hyperparameters(target.output_dir)
+    with wb.db.session() as session:
+        run = session.get(Run, target.run_id)
+        asked = ((run.spec or {}).get("train") or {}) if run is not None else {}
+
+    def length(name: str) -> Optional[int]:
+        for source in (used, asked):
+            value = source.get(name) if isinstance(source, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    return length("max_length"), length("doc_stride")
+
+
 def bearer_token(authorization: str) -> Optional[str]:
     """The token of an ``Authorization: Bearer <token>`` header value, else None."""
     scheme, _, value = (authorization or "").partition(" ")

@@ -60,9 +60,12 @@ def serve_standalone(wb: Workbench, slug: str, host: str, port: int, share: bool
     import uvicorn
 
     from workbench.playground.cache import configure_serving_threads
+    from workbench.server import uvicorn_options
 
     configure_serving_threads()
-    server = uvicorn.Server(uvicorn.Config(standalone_app(wb, slug), host=host, port=port, log_level="warning"))
+    # The workbench's proxy trust (none unless configured), so the per-address rate limit sees real clients.
+    options = {**uvicorn_options(wb.settings), "host": host, "port": port}
+    server = uvicorn.Server(uvicorn.Config(standalone_app(wb, slug), **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
