@@ -90,3 +90,18 @@ def test_guard_turns_workbench_errors_into_quiet_gradio_errors_and_leaves_bugs_a
     with pytest.raises(KeyError):
         guarded("bug")
     assert [r.getMessage() for r in caplog.records] == ["open refused: no run 'r1'"]
+
+
+def test_a_value_gradio_refuses_before_the_handler_is_one_line_too(served, capfd, caplog):
+    """Gradio checks some input itself (a value a dropdown does not offer, a forged file path) and printed a
+    traceback for each refusal; the workbench's edge makes those one WARNING line as well."""
+    from gradio_client import Client
+
+    client = Client(served, verbose=False)
+    capfd.readouterr()
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(Exception, match="is not in the list of choices"):
+        client.predict(None, "no-such-label", "(any)", 0, "all", api_name="/show")  # the audit panel's filters
+    assert "Traceback" not in capfd.readouterr().err
+    (record,) = refusals(caplog, "workbench.ui.audit_panel")
+    assert record.getMessage().startswith("show refused: Value: no-such-label is not in the list of choices")

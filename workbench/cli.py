@@ -2,9 +2,13 @@
 
 Errors from the services (``workbench.errors``) are translated here, in one
 place: one line per problem on stderr and a non-zero exit code, never a traceback.
+Every command that takes the id of a run, an audit or a sweep declares it with ``id_argument``,
+so an id that cannot exist (``abc``, ``0``, ``100000000000000000000``) is "not found" (exit 3)
+before any query is made.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -15,7 +19,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage.db import describe_error
-from workbench.errors import DataValidationError, StorageError, WorkbenchError
+from workbench.errors import DataValidationError, NotFound, StorageError, WorkbenchError
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +29,25 @@ data_app = typer.Typer(help="Validate, import and list datasets.", no_args_is_he
 runs_app = typer.Typer(help="List, inspect, cancel and retry runs.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(runs_app, name="runs")
+
+
+MAX_ID = 2**63 - 1  # the largest id a database row can have (a signed 64-bit INTEGER / BIGINT)
+
+
+def parse_id(kind: str, value: str) -> int:
+    """``value`` as the id of a ``kind`` (``run``, ``audit``, ``sweep``); ``NotFound`` unless it is a whole
+    number from 1 to ``MAX_ID``: no such row can exist, and a larger number would overflow the query."""
+    text = str(value).strip()
+    number = int(text) if text.isascii() and text.isdigit() else 0
+    if not 1 <= number <= MAX_ID:
+        raise NotFound(f"{kind} {value!r} does not exist: {kind} ids are whole numbers from 1 to {MAX_ID}")
+    return number
+
+
+def id_argument(kind: str, help: str = "") -> Any:
+    """The typer argument of a command that takes the id of a ``kind``, checked by ``parse_id``."""
+    return typer.Argument(..., parser=functools.partial(parse_id, kind), metavar="ID",
+                          help=help or f"The {kind} id.")
 
 
 def emit(payload: Any, as_json: bool, text: str | None = None) -> None:

@@ -4,6 +4,10 @@ The UI sits behind ``WORKBENCH_AUTH`` when it is set. Playground routes are
 registered on the outer FastAPI app *before* the UI is mounted at ``/``, so they
 are matched first and never pass through the workbench login (a colleague with
 a playground link sees the playground and nothing else).
+
+``uvicorn_options`` is how every server of the workbench is started: uvicorn believes
+``X-Forwarded-For`` only from the proxies named in ``WORKBENCH_FORWARDED_ALLOW_IPS`` (none by
+default), so a client cannot pick the address the sign-in throttle counts.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import os
 from pathlib import Path
 from typing import AsyncIterator
 
+from workbench.asgi import HideApiInfoFromVisitors, RefuseLoneSurrogates
 from workbench.context import Workbench
 from workbench.errors import ConfigError
 
@@ -48,6 +53,18 @@ def parse_auth(value: str) -> list[tuple[str, str]]:
             raise ConfigError(f"{where}: expected 'user:password', got {text!r}")
         users.append((user.strip(), password))
     return users
+
+
+def uvicorn_options(settings) -> dict:
+    """Keyword arguments for ``uvicorn.run``/``uvicorn.Config`` serving the workbench under ``settings``.
+
+    uvicorn's own default trusts proxy headers from 127.0.0.1 (and ``FORWARDED_ALLOW_IPS``), so any
+    local process, or a proxy that passes on what the client sent, could choose the client address.
+    Here proxy headers are read only when ``forwarded_allow_ips`` names the proxies to believe.
+    """
+    trusted = settings.forwarded_allow_ips
+    return {"host": settings.host, "port": settings.port, "log_level": "warning",
+            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or ""}
 
 
 def _playgrounds_available() -> bool:
@@ -89,10 +106,13 @@ def create_app(wb: Workbench, *, worker: bool = True):
     def healthz() -> dict:
         return {"ok": True}
 
+    # A lone surrogate in a UI call would abort the caller's event stream inside Gradio: refused before it.
+    app.add_middleware(RefuseLoneSurrogates)
     if users:
         from workbench.throttle import LoginThrottle, LoginThrottleMiddleware
 
         app.add_middleware(LoginThrottleMiddleware, throttle=LoginThrottle())
+        app.add_middleware(HideApiInfoFromVisitors)
     if _playgrounds_available():
         from workbench.playground.mount import mount_playgrounds
 

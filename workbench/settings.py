@@ -28,6 +28,20 @@ class Setting:
         return ENV_PREFIX + self.name.upper()
 
 
+def parse_addresses(value: str) -> str:
+    """A comma-separated list of IP addresses or networks (or ``*``), normalised; ValueError otherwise."""
+    import ipaddress
+
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    for item in items:
+        if item != "*":
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address, a network such as 10.0.0.0/8, or *") from None
+    return ",".join(items)
+
+
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
@@ -43,6 +57,10 @@ SETTINGS: tuple[Setting, ...] = (
             "use `postgresql+psycopg://user:pw@host/db` to share one queue between several worker machines."),
     Setting("host", "127.0.0.1", "Interface the web server listens on (`0.0.0.0` to reach it from other machines)."),
     Setting("port", 7860, "Port of the web server.", int),
+    Setting("forwarded_allow_ips", "", "Addresses of reverse proxies whose `X-Forwarded-For` and "
+            "`X-Forwarded-Proto` headers are believed (comma separated; networks like `10.0.0.0/8`; `*` trusts "
+            "every peer). Empty means no proxy is trusted: the client address is the connection's, whatever the "
+            "headers say (`workbench serve --forwarded-allow-ips`).", parse_addresses),
     Setting("auth", "", "Protects the whole workbench: `user:password`, several separated by commas, or the path "
             "of a file with one `user:password` per line. Empty means no login. Playgrounds have their own tokens."),
     Setting("device", "auto", "Where training runs: `auto` (GPU when present, else CPU), `cpu`, `cuda` or `cuda:N`."),
@@ -61,6 +79,16 @@ SETTINGS: tuple[Setting, ...] = (
             "a checkpoint before it is killed.", float),
     Setting("playground_memory_mb", 2048, "Memory bound for models cached by playgrounds; least recently used "
             "models are evicted beyond it.", int),
+    Setting("playground_concurrency", 2, "Playground predictions computed at the same time by one server process "
+            "(every playground, page and API together); each holds a bounded amount of memory.", int),
+    Setting("playground_queue", 8, "Playground predictions that may wait for one of those slots, each for at most "
+            "30 s; beyond that a prediction answers 503 with `Retry-After` at once.", int),
+    Setting("playground_max_tokens", 32768, "Most tokens one prediction request may hold after each input is cut "
+            "to the run's training length (inputs x padded length, question-answering windows included); a larger "
+            "request answers 422.", int),
+    Setting("playground_rate_limit", 60, "Predictions a minute one client address may ask of public playgrounds "
+            "(page and API; token-protected playgrounds are not limited); beyond it 429 with `Retry-After`. "
+            "0 turns the limit off.", int),
     Setting("offline", True, "Never download models from a hub at run time (sets HF_HUB_OFFLINE). Set false on a "
             "machine with internet access to use hub models that are not in the local cache.", _bool),
 )
@@ -74,6 +102,7 @@ class Settings:
     database_url: str
     host: str
     port: int
+    forwarded_allow_ips: str
     auth: str
     device: str
     max_jobs: int
@@ -84,6 +113,10 @@ class Settings:
     max_attempts: int
     cancel_timeout_seconds: float
     playground_memory_mb: int
+    playground_concurrency: int
+    playground_queue: int
+    playground_max_tokens: int
+    playground_rate_limit: int
     offline: bool
 
     @classmethod
@@ -106,9 +139,12 @@ class Settings:
         values["home"] = Path(values["home"]).expanduser().resolve()
         if not values["database_url"]:
             values["database_url"] = f"sqlite:///{values['home'] / 'workbench.db'}"
-        for name in ("max_jobs", "max_attempts", "cpu_procs"):
+        for name in ("max_jobs", "max_attempts", "cpu_procs", "playground_concurrency", "playground_max_tokens"):
             if values[name] < 1:
                 raise ConfigError(f"{_BY_NAME[name].env} must be at least 1")
+        for name in ("playground_queue", "playground_rate_limit"):
+            if values[name] < 0:
+                raise ConfigError(f"{_BY_NAME[name].env} must be 0 or more")
         return cls(**values)
 
     # Folders below home. Created on demand by the code that writes there.

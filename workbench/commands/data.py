@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, TypeVar
 import typer
 
 from storage.datasets import ColumnMapping
-from workbench.cli import data_app, emit
+from workbench.cli import data_app, emit, id_argument
 from workbench.context import open_workbench
 from workbench.services import datasets as service
 
@@ -226,7 +226,7 @@ def _wait_for_audit(wb, audits, record: dict) -> dict:
 
 @data_app.command("audit-show")
 def audit_show(
-    audit_id: int = typer.Argument(..., help="The audit id (`workbench data audits` lists them)."),
+    audit_id: int = id_argument("audit", "The audit id (`workbench data audits` lists them)."),
     top: int = typer.Option(20, "--top", help="Rows of the ranking printed (--json prints all)."),
     as_json: bool = AS_JSON,
 ) -> None:

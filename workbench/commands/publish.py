@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from workbench.cli import app, emit
+from workbench.cli import app, emit, id_argument
 from workbench.context import open_workbench
 from workbench.playground import service
 from workbench.services import runs as runs_service
@@ -20,7 +20,7 @@ def _base_url(settings: Settings, host: Optional[str] = None, port: Optional[int
 
 @app.command()
 def publish(
-    run_id: int,
+    run_id: int = id_argument("run", "The succeeded run to publish."),
     token: Optional[str] = typer.Option(None, help="Access token the playground will require (8+ characters)."),
     generate_token: bool = typer.Option(False, "--generate-token", help="Make up a random access token."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (slug, url_path, api_path, token once)."),

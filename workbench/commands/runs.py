@@ -12,7 +12,7 @@ import typer
 
 from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
-from workbench.cli import emit, runs_app
+from workbench.cli import emit, id_argument, runs_app
 from workbench.context import open_workbench
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -46,7 +46,8 @@ def list_(status: Optional[str] = typer.Option(None, help="Only runs in this sta
 
 
 @runs_app.command()
-def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
+def show(run_id: int = id_argument("run"),
+         as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
     """Everything about one run: status, progress, metrics, error."""
     with open_workbench() as wb:
         run = runs_service.get_run(wb, run_id)
@@ -69,7 +70,7 @@ def show(run_id: int, as_json: bool = typer.Option(False, "--json", help="Print 
 
 
 @runs_app.command()
-def cancel(run_id: int) -> None:
+def cancel(run_id: int = id_argument("run")) -> None:
     """Cancel a run (a running one stops at its next step and keeps a checkpoint)."""
     with open_workbench() as wb:
         status = runs_service.cancel_run(wb, run_id)
@@ -77,7 +78,7 @@ def cancel(run_id: int) -> None:
 
 
 @runs_app.command()
-def retry(run_id: int) -> None:
+def retry(run_id: int = id_argument("run")) -> None:
     """Queue a failed or cancelled run again; it resumes from its last checkpoint."""
     with open_workbench() as wb:
         runs_service.retry_run(wb, run_id)
@@ -85,7 +86,7 @@ def retry(run_id: int) -> None:
 
 
 @runs_app.command()
-def logs(run_id: int, tail: int = typer.Option(200, help="How many lines to print first."),
+def logs(run_id: int = id_argument("run"), tail: int = typer.Option(200, help="How many lines to print first."),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends.")) -> None:
     """Print the run's log (the training process's output)."""
     with open_workbench() as wb:

@@ -7,6 +7,12 @@ once: a ``gr.Error`` or a ``WorkbenchError`` is logged as one WARNING line under
 module and re-raised without a traceback. Any other exception is a bug and keeps its traceback.
 The log line keeps the whole message; the browser gets it without the CLI hints the services add
 for the terminal (``ui_message``): a command line is no help in a web page.
+
+Gradio also refuses some input before a handler runs: a value a dropdown does not offer, or a
+file path the browser did not upload. Its own message for a forged path names the upload folder
+or every blocked path (the database, the password file), and it prints a traceback each time, so
+``quiet_user_errors`` wraps that step too: the refusal is one WARNING line, and a forged path is
+answered with ``uploads.not_uploaded``, which names only what the caller sent.
 """
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ import logging
 from typing import Any, Callable
 
 import gradio as gr
+from gradio.exceptions import InvalidPathError
 
 from workbench.errors import WorkbenchError
 from workbench.ui.format import ui_message
+from workbench.ui.uploads import not_uploaded, received_file, sent_paths
 
 
 def _action(fn: Callable) -> str:
@@ -47,8 +55,43 @@ def guard(fn: Callable) -> Callable:
     return guarded
 
 
+def _forged_path(inputs: Any) -> str:
+    """Why Gradio refused a path in ``inputs``, naming the first one that is not an upload."""
+    for path in sent_paths(inputs):
+        try:
+            received_file(path)
+        except WorkbenchError as exc:
+            return str(exc)
+    return "a file given to this page was not uploaded through it; choose it again with the upload box"
+
+
+def _quiet_preprocessing(blocks: gr.Blocks) -> None:
+    """Refusals of Gradio's input checks as one WARNING line, and a forged path as a message that reveals no
+    server path."""
+    preprocess_data = blocks.preprocess_data
+
+    @functools.wraps(preprocess_data)
+    async def checked(block_fn: Any, inputs: list[Any], *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(block_fn, "fn", None)
+        log = logging.getLogger(getattr(fn, "__module__", None) or __name__)
+        try:
+            return await preprocess_data(block_fn, inputs, *args, **kwargs)
+        except InvalidPathError:
+            message = _forged_path(inputs)
+            log.warning("%s refused: %s", _action(fn), message)
+            raise gr.Error(message, print_exception=False) from None
+        except gr.Error as exc:
+            log.warning("%s refused: %s", _action(fn), " ".join(str(exc.message).split()))
+            exc.print_exception = False
+            raise
+
+    blocks.preprocess_data = checked
+
+
 def quiet_user_errors(blocks: gr.Blocks) -> gr.Blocks:
-    """Guard every plain (not generator, not async) event handler of ``blocks``; returns ``blocks``."""
+    """Guard every plain (not generator, not async) event handler of ``blocks`` and Gradio's checks of
+    their input; returns ``blocks``."""
+    _quiet_preprocessing(blocks)
     for block_fn in blocks.fns.values():
         fn = block_fn.fn
         if fn is None or inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) \

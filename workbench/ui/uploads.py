@@ -7,6 +7,8 @@ stays false), so a caller could name ``/etc/passwd``, the workbench database or 
 ``WORKBENCH_AUTH`` file and read it back through the preview or the import. Every handler
 that takes a file from the client passes it through ``received_file`` first; the server also
 switches Gradio's own check on (``workbench.server``), so there are two locks on this door.
+Either refusal names only the path the caller sent (``not_uploaded``): never the upload folder,
+the database or the password file, which the caller has no business learning.
 """
 from __future__ import annotations
 
@@ -32,6 +34,28 @@ def _path_of(value: Any) -> Optional[str]:
     return getattr(value, "path", None)
 
 
+def not_uploaded(raw: Any, what: str = "file") -> Forbidden:
+    """The refusal of a file the browser did not upload: it names what was sent, nothing of the server."""
+    sent = str(raw)
+    if len(sent) > 120:
+        sent = sent[:60] + "…" + sent[-59:]
+    return Forbidden(f"the {what} {sent!r} was not uploaded through this page; choose it again with the upload box")
+
+
+def sent_paths(value: Any) -> list[str]:
+    """The ``path`` of every file object (a dict with one) in a request's input, in order."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("path"), str):
+                found.append(item["path"])
+            todo.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            todo.extend(reversed(item))
+    return found
+
+
 def received_file(value: Any, what: str = "file", folder: Optional[Path] = None) -> Optional[Path]:
     """The real path of an uploaded file, or None when nothing was given.
 
@@ -44,5 +68,5 @@ def received_file(value: Any, what: str = "file", folder: Optional[Path] = None)
     root = folder or upload_folder()
     resolved = Path(os.path.realpath(raw))
     if not resolved.is_relative_to(root) or resolved == root or not resolved.is_file():
-        raise Forbidden(f"the {what} was not uploaded through this page; choose the file again with the upload box")
+        raise not_uploaded(raw, what)
     return resolved
