@@ -25,7 +25,7 @@ from sqlalchemy import delete, select, update
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
-from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, Run, Worker, utcnow
+from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, Run, Sweep, Worker, utcnow
 from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,15 @@ def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Option
            priority: int = 0, sweep_id: Optional[int] = None, trial_number: Optional[int] = None,
            estimate: Optional[dict[str, Any]] = None) -> int:
     """Insert a queued run for ``spec``; its artifacts will live in ``runs_dir/<id>``. A sweep's trial
-    carries its sweep and trial number from the start, so no worker can claim it unlinked.
+    carries its sweep and trial number from the start, so no worker can claim it unlinked, and the
+    sweep's ``n_trials`` read in the same INSERT: the database refuses a trial past it (IntegrityError).
     ``estimate`` is the time estimated at submit, kept to compare with the actual time later."""
+    budget = (select(Sweep.n_trials).where(Sweep.id == sweep_id).scalar_subquery()
+              if sweep_id is not None else None)
     with db.session() as session:
         run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
                   dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, priority=priority,
-                  sweep_id=sweep_id, trial_number=trial_number, estimate=estimate)
+                  sweep_id=sweep_id, trial_number=trial_number, sweep_n_trials=budget, estimate=estimate)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))

@@ -2,13 +2,17 @@
 
 The UI, the CLI (``workbench train`` flags or ``--config FILE.yaml``) and clones
 of earlier runs all build a ``RunSpec``; the worker executes it. Unknown keys
-are rejected so that a typo in a config file is an error, not a silent default.
+are rejected so that a typo in a config file is an error, not a silent default, and
+every field is typed and range-checked (``*_FIELDS`` below) before a spec is built:
+a bad value is one error naming the field, never a run that fails later.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from jobs.hyperparameters import METHODS, PRESETS
+from jobs.spec_fields import Field, check_fields, refuse_unknown, show
 from workbench.errors import ConfigError
 
 SPEC_VERSION = 1
@@ -21,6 +25,14 @@ HEADLINE_METRICS = {
     "token-classification": ("entity_f1", "token_accuracy"),
     "question-answering": ("f1", "exact_match"),
     "masked-lm": ("perplexity", "nsp_accuracy"),
+}
+# Every final metric each task's evaluation reports (jobs/tasks/*), main one first: what a sweep may optimise.
+# roc_auc: binary single-label data only; f1_micro: multi-label only; nsp_accuracy: the mlm+nsp objective only.
+REPORTED_METRICS = {
+    "text-classification": ("accuracy", "f1_macro", "roc_auc", "f1_micro"),
+    "token-classification": ("entity_f1", "token_accuracy", "entity_precision", "entity_recall"),
+    "question-answering": ("f1", "exact_match"),
+    "masked-lm": ("perplexity", "mlm_loss", "nsp_accuracy"),
 }
 
 
@@ -98,52 +110,140 @@ class RunSpec:
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.train.objective not in ("mlm", "mlm+nsp"):
-            raise ConfigError(f"unknown objective {self.train.objective!r}; choose mlm or mlm+nsp")
-        if self.train.objective == "mlm+nsp" and self.task != "masked-lm":
-            raise ConfigError("the mlm+nsp objective belongs to the masked-lm task")
-        if self.train.select_by not in ("auto", "metric", "loss", "last"):
-            raise ConfigError(f"unknown select_by {self.train.select_by!r}; choose auto, metric, loss or last")
-        if self.train.method not in ("auto", "finetune", "setfit"):
-            raise ConfigError(f"unknown method {self.train.method!r}; choose auto, finetune or setfit")
-        if self.train.method == "setfit" and (self.task != "text-classification" or self.lora.enabled):
-            raise ConfigError("the setfit method trains text classification without LoRA; "
-                              "choose method finetune for this run")
-        if self.procs is not None and (not isinstance(self.procs, int) or self.procs < 1):
-            raise ConfigError(f"procs must be a whole number of processes, at least 1 (got {self.procs!r})")
+        check_run_spec(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "RunSpec":
+    def from_dict(cls, raw: Mapping[str, Any], label: str = "run spec", path: str = "") -> "RunSpec":
+        """The spec of a mapping (a config file, a stored run, a sweep's base), every field checked first.
+
+        ``label`` and ``path`` say where the mapping sits in errors: a sweep's base reports
+        ``sweep spec: base.train.learning_rate must be ...``."""
+        check_run_mapping(raw, label, path)
         raw = dict(raw)
-        version = raw.pop("version", SPEC_VERSION)
-        if version != SPEC_VERSION:
-            raise ConfigError(f"run spec version {version} is not supported (this workbench reads {SPEC_VERSION})")
+        _check_version(raw.pop("version", SPEC_VERSION), label)
+        if "task" not in raw:
+            raise ConfigError(f"{label}: {path}task is missing; choose one of {', '.join(TASKS)}")
         try:
-            return cls(
-                data=_build(DataSpec, raw.pop("data", {}), "data"),
-                train=_build(TrainSpec, raw.pop("train", {}) or {}, "train"),
-                lora=_build(LoraSpec, raw.pop("lora", {}) or {}, "lora"),
-                **_checked(cls, raw, ""),
-            )
-        except TypeError as exc:
-            raise ConfigError(f"invalid run spec: {exc}") from None
+            return cls(data=DataSpec(**(raw.pop("data", None) or {})),
+                       train=TrainSpec(**(raw.pop("train", None) or {})),
+                       lora=LoraSpec(**(raw.pop("lora", None) or {})), **raw)
+        except ConfigError as exc:
+            # a combination of fields, checked on the whole spec: say where this spec sits
+            raise ConfigError(_relabel(str(exc), label, path)) from None
 
 
-def _checked(kind: type, raw: Mapping[str, Any], section: str) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(kind)} - {"data", "train", "lora", "version"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        where = f" in section '{section}'" if section else ""
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}{where}; known keys: {', '.join(sorted(known))}")
-    return dict(raw)
+# What each field takes (jobs.spec_fields): a spec is checked against these before it is built or stored,
+# whether it comes from a config file, the Train form, a clone or a sweep's trial.
+_TEXT, _OPTIONAL_TEXT = Field("text"), Field("text", optional=True)
+_BOOL = Field("bool")
+DATA_FIELDS: dict[str, Field] = {
+    "dataset_id": _OPTIONAL_TEXT, "train_path": _TEXT, "validation_path": _OPTIONAL_TEXT, "name": _TEXT,
+    "predict_path": _OPTIONAL_TEXT,
+}
+TRAIN_FIELDS: dict[str, Field] = {
+    "preset": Field("choice", choices=PRESETS),
+    "epochs": Field("number", 0, 1000, above_low=True, optional=True),
+    # no upper bound: a diverging rate is the engine's to report (a NaN loss), and its test sets 1e30
+    "learning_rate": Field("number", 0, above_low=True, optional=True),
+    "batch_size": Field("int", 1, 8192, optional=True),
+    "gradient_accumulation_steps": Field("int", 1, 1024),
+    "max_length": Field("int", 1, 65536, optional=True),
+    "warmup_ratio": Field("number", 0, 1),
+    "weight_decay": Field("number", 0, 1),
+    "seed": Field("int", 0, 2**32 - 1),  # numpy's seeds
+    "early_stopping_patience": Field("int", 0, 1000, optional=True),
+    "eval_steps": Field("int", 1, optional=True),
+    "max_steps": Field("int", 1, optional=True),
+    "max_train_examples": Field("int", 1, optional=True),
+    "class_weights": _BOOL,
+    "multi_label": Field("bool", optional=True),
+    "label_all_subtokens": _BOOL,
+    "doc_stride": Field("int", 1, 65536),
+    "max_answer_length": Field("int", 1, 65536),
+    "whole_word_masking": _BOOL,
+    "mlm_probability": Field("number", 0, 1, above_low=True, below_high=True),
+    "objective": Field("choice", choices=("mlm", "mlm+nsp")),
+    "precision": Field("choice", choices=("auto", "fp32", "fp16", "bf16")),
+    "select_by": Field("choice", choices=("auto", "metric", "loss", "last")),
+    "method": Field("choice", choices=METHODS),
+}
+LORA_FIELDS: dict[str, Field] = {
+    "enabled": _BOOL,
+    "r": Field("int", 1, 1024),
+    "alpha": Field("int", 1, 4096),
+    "dropout": Field("number", 0, 1, below_high=True),
+    "target_modules": Field("texts", optional=True),
+    "merge_on_export": _BOOL,
+}
+RUN_FIELDS: dict[str, Field] = {
+    "task": Field("choice", choices=TASKS),
+    "model": Field("text", nonempty=True),
+    "name": _TEXT,
+    "init_from_run": Field("int", 1, optional=True),
+    "gpus": Field("int", 1, 64),
+    "procs": Field("int", 1, 256, optional=True, what="a whole number of processes, at least 1 and at most 256"),
+}
+SECTIONS: dict[str, tuple[type, dict[str, Field]]] = {
+    "data": (DataSpec, DATA_FIELDS), "train": (TrainSpec, TRAIN_FIELDS), "lora": (LoraSpec, LORA_FIELDS)}
 
 
-def _build(kind: type, raw: Mapping[str, Any], section: str):
+def check_run_mapping(raw: Any, label: str = "run spec", path: str = "") -> None:
+    """Every key of a run spec mapping known and every value present typed and in range.
+
+    Only the keys present are checked: a config file may leave the task or the data to flags.
+    """
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"section '{section}' must be a mapping")
-    return kind(**_checked(kind, raw, section))
+        raise ConfigError(f"{label}: {path.rstrip('.') or 'the run spec'} must be a mapping "
+                          f"(task, data, model, train, lora, ...), got {show(raw)}")
+    refuse_unknown(label, path.rstrip("."), raw, [*RUN_FIELDS, *SECTIONS, "version"])
+    check_fields(label, path, raw, RUN_FIELDS)
+    for section, (_, fields) in SECTIONS.items():
+        values = raw.get(section)
+        if values is None and section != "data":
+            continue  # "train:" left empty
+        if not isinstance(values, Mapping):
+            if section not in raw:
+                continue
+            raise ConfigError(f"{label}: {path}{section} must be a mapping of {', '.join(fields)}, got {show(values)}")
+        refuse_unknown(label, f"{path}{section}", values, fields)
+        check_fields(label, f"{path}{section}.", values, fields)
+
+
+def check_run_spec(spec: RunSpec, label: str = "run spec") -> None:
+    """Every field of a built spec typed and in range, and the fields fit together."""
+    check_fields(label, "", {name: getattr(spec, name) for name in RUN_FIELDS}, RUN_FIELDS)
+    _check_version(spec.version, label)
+    for section, (kind, fields) in SECTIONS.items():
+        part = getattr(spec, section)
+        if not isinstance(part, kind):
+            raise ConfigError(f"{label}: {section} must be a mapping of {', '.join(fields)}, got {show(part)}")
+        check_fields(label, f"{section}.", {name: getattr(part, name) for name in fields}, fields)
+    train = spec.train
+    if train.objective == "mlm+nsp" and spec.task != "masked-lm":
+        raise ConfigError(f"{label}: train.objective mlm+nsp belongs to the masked-lm task, not {spec.task}")
+    if train.method == "setfit" and (spec.task != "text-classification" or spec.lora.enabled):
+        raise ConfigError(f"{label}: train.method setfit trains text classification without LoRA; "
+                          "choose method finetune for this run")
+
+
+def _check_version(version: Any, label: str) -> None:
+    if type(version) is not int or version != SPEC_VERSION:
+        raise ConfigError(f"{label}: version {show(version)} is not supported (this workbench reads run spec "
+                          f"version {SPEC_VERSION})")
+
+
+def objective_metrics(spec: RunSpec) -> tuple[str, ...]:
+    """The final metrics a run of ``spec`` reports, the ones a sweep can optimise (main one first)."""
+    metrics = REPORTED_METRICS[spec.task]
+    if spec.task == "masked-lm" and spec.train.objective != "mlm+nsp":
+        metrics = tuple(m for m in metrics if m != "nsp_accuracy")
+    return metrics
+
+
+def _relabel(message: str, label: str, path: str) -> str:
+    """A message of ``check_run_spec`` (``run spec: train.x ...``) as it reads for a spec at ``label``/``path``."""
+    head = "run spec: "
+    return f"{label}: {path}{message[len(head):]}" if message.startswith(head) else message

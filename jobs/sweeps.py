@@ -10,17 +10,25 @@ per loop iteration for each open sweep (``SweepDriver.advance_all``), and
 ``create``/``cancel`` call it once. It
 
 1. takes the sweep's short lease (one conditional UPDATE on the sweep row; whoever
-   loses skips the sweep this time), so only one process asks at a time;
+   loses skips the sweep this time), so only one process asks at a time, and renews
+   it while it works (a pass that lost it stops);
 2. tells Optuna the outcome of every trial whose run ended: succeeded -> its final
    metric, pruned -> PRUNED, failed or cancelled -> FAIL. A run that a dead worker
    handed back to the queue is not ended, so its retry is the same trial, told once;
-3. re-creates the run of a trial that was asked for but has none (a process died
+3. stops the sweep (no more trials, the queued and running ones cancelled, then
+   ``failed`` with the error) when its first ``FAIL_FAST_TRIALS`` ended trials all
+   failed with the same error: a wrong data file or model fails every trial alike;
+4. re-creates the run of a trial that was asked for but has none (a process died
    between ``ask`` and the insert) — restart-safe without a two-phase protocol;
-4. asks for new trials until ``parallelism`` are queued or running, up to ``n_trials``;
-5. marks the sweep finished (or cancelled) once every trial ended.
+5. asks for new trials until ``parallelism`` are queued or running, up to ``n_trials``,
+   at most ``ASKS_PER_ADVANCE`` per pass (the next passes ask for the rest);
+6. marks the sweep finished (or cancelled, or failed) once every trial ended.
 
-A unique index on (sweep_id, trial_number) stops two processes from creating two
-runs for one trial even if a lease were overrun.
+The database, not the lease, keeps the counts exact: a unique index on (sweep_id,
+trial_number) stops two processes from creating two runs for one trial, and a CHECK
+with a composite foreign key (``storage.models.TRIAL_IN_BUDGET``) refuses a run for
+trial ``n_trials`` or later. A pass whose insert is refused that way treats the sweep
+as full: it tells Optuna the extra trial failed and asks no more.
 
 Optuna's RDB storage keeps its schema version in ``alembic_version``, the table the
 workbench's own migrations use: the storage is opened with its compatibility check
@@ -30,7 +38,9 @@ created under the workbench's schema lock.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import logging
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -41,8 +51,9 @@ from jobs import queue
 from jobs.states import ACTIVE
 from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, format_params
 from storage.db import Database
-from storage.models import (PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FINISHED,
-                            SWEEP_RUNNING, Run, Sweep, utcnow)
+from storage.models import (FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FAILED,
+                            SWEEP_FINISHED, SWEEP_RUNNING, Run, Sweep, utcnow)
+from workbench.errors import InvalidState
 
 if TYPE_CHECKING:
     import optuna
@@ -52,6 +63,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 60.0
+# Asking is slow (TPE fits on every trial so far): a sweep with parallelism 500 would keep one pass, and the
+# `sweep` command that creates it, asking for minutes. The next passes (one per worker loop) ask for the rest.
+ASKS_PER_ADVANCE = 16
+# The first trials to end, all failed with one error: the sweep stops instead of failing every trial alike.
+FAIL_FAST_TRIALS = 3
 OPEN = (SWEEP_RUNNING, SWEEP_CANCELLING)
 NOT_ENDED = (QUEUED, *ACTIVE)
 
@@ -154,6 +170,34 @@ def _drop_lease(db: Database, sweep_id: int, owner: str) -> None:
                         .values(lock_owner=None, lock_until=None).execution_options(synchronize_session=False))
 
 
+class LeaseLost(Exception):
+    """Another process took the sweep's lease while this pass worked: it does the rest."""
+
+
+class Lease:
+    """The lease one pass holds, renewed before it runs out. Times follow the caller's clock (``now``, which
+    tests move) plus the time this pass has taken."""
+
+    def __init__(self, db: Database, sweep_id: int, owner: str, now: dt.datetime):
+        self.db, self.sweep_id, self.owner = db, sweep_id, owner
+        self._now, self._started = now, time.monotonic()
+        self._renewed = self._started
+
+    def keep(self) -> None:
+        """Renew the lease when a quarter of it has passed; ``LeaseLost`` when another process holds it now."""
+        if time.monotonic() - self._renewed < LEASE_SECONDS / 4:
+            return
+        now = self._now + dt.timedelta(seconds=time.monotonic() - self._started)
+        with self.db.session() as session:
+            result = session.execute(
+                update(Sweep).where(Sweep.id == self.sweep_id, Sweep.lock_owner == self.owner)
+                .values(lock_until=now + dt.timedelta(seconds=LEASE_SECONDS))
+                .execution_options(synchronize_session=False))
+        if result.rowcount != 1:
+            raise LeaseLost(f"sweep {self.sweep_id}: {self.owner} lost the lease")
+        self._renewed = time.monotonic()
+
+
 # -- one step of a sweep ---------------------------------------------------------------------------------
 
 def advance(wb: "Workbench", storage, sweep_id: int, owner: str, now: Optional[dt.datetime] = None) -> bool:
@@ -163,48 +207,111 @@ def advance(wb: "Workbench", storage, sweep_id: int, owner: str, now: Optional[d
     if not _take_lease(wb.db, sweep_id, owner, now):
         return False
     try:
-        _advance_locked(wb, storage, sweep_id, now)
+        _advance_locked(wb, storage, sweep_id, now, Lease(wb.db, sweep_id, owner, now))
+    except LeaseLost:
+        log.warning("sweep %s: the lease ran out during a pass; its new holder goes on", sweep_id)
     finally:
         _drop_lease(wb.db, sweep_id, owner)
     return True
 
 
-def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime) -> None:
+class Created(enum.Enum):
+    """What inserting a trial's run did: created it, found it created by another process, or was refused
+    because the trial number is past the sweep's ``n_trials`` (the sweep is full)."""
+
+    CREATED = "created"
+    EXISTS = "exists"
+    FULL = "full"
+
+
+def _advance_locked(wb: "Workbench", storage, sweep_id: int, now: dt.datetime, lease: Optional[Lease] = None) -> None:
     from optuna.trial import TrialState
 
+    keep = lease.keep if lease is not None else (lambda: None)
     with wb.db.session() as session:
         sweep = session.get(Sweep, sweep_id)
         spec, study_name, status = SweepSpec.from_dict(sweep.spec), sweep.study_name, sweep.status
+        stopped = sweep.error is not None
         runs = {r.trial_number: r for r in session.execute(
-            select(Run.id, Run.trial_number, Run.status, Run.metrics).where(Run.sweep_id == sweep_id)).all()}
+            select(Run.id, Run.trial_number, Run.status, Run.metrics, Run.error)
+            .where(Run.sweep_id == sweep_id)).all()}
     study = load_study(storage, study_name, spec)
     trials = study.get_trials(deepcopy=False)
     # Counted from the same snapshot the trials are told from: a run that ends after the snapshot still
     # counts as active, so the sweep cannot finish before its trial is told (next pass).
     active = sum(1 for r in runs.values() if r.status in NOT_ENDED)
+    if status == SWEEP_RUNNING:
+        reason = _fails_alike(runs.values())
+        if reason and _stop(wb, sweep_id, reason):
+            status, stopped = SWEEP_CANCELLING, True
+    full = False
     for trial in trials:
         run = runs.get(trial.number)
         if trial.state != TrialState.RUNNING:
             continue  # finished and told, or enqueued (WAITING) and handed out by the next ask
-        if run is None:
-            if status == SWEEP_RUNNING:
-                _create_trial_run(wb, sweep_id, spec, trial.number, trial.params)
-                active += 1
+        keep()
+        if run is None and status != SWEEP_RUNNING:
+            study.tell(trial.number, state=TrialState.FAIL)  # asked, never queued, and no trial starts now
+        elif run is None:
+            if _create_trial_run(wb, sweep_id, spec, trial.number, trial.params) is Created.FULL:
+                study.tell(trial.number, state=TrialState.FAIL)  # asked past the budget: it has no place
+                full = True
             else:
-                study.tell(trial.number, state=TrialState.FAIL)
+                active += 1
         elif run.status not in NOT_ENDED:
             _tell(study, trial.number, run.status, run.metrics or {}, spec.metric)
     asked = sum(1 for t in trials if t.state != TrialState.WAITING)
-    while status == SWEEP_RUNNING and asked < spec.n_trials and active < spec.parallelism:
+    asks = 0
+    while (status == SWEEP_RUNNING and not full and asked < spec.n_trials and active < spec.parallelism
+           and asks < ASKS_PER_ADVANCE):
+        keep()
         trial = load_study(storage, study_name, spec, trial_number=asked).ask(distributions(spec.space))
-        _create_trial_run(wb, sweep_id, spec, trial.number, trial.params)
-        asked, active = asked + 1, active + 1
+        asked, asks = asked + 1, asks + 1
+        if _create_trial_run(wb, sweep_id, spec, trial.number, trial.params) is Created.FULL:
+            # Another process asked meanwhile (this pass's snapshot is stale): the trial has no place.
+            study.tell(trial.number, state=TrialState.FAIL)
+            full = True
+        else:
+            active += 1
+    # Not on `full`: this pass's snapshot misses the other asker's runs; the next pass counts them.
     if active == 0 and (status == SWEEP_CANCELLING or asked >= spec.n_trials):
-        final = SWEEP_CANCELLED if status == SWEEP_CANCELLING else SWEEP_FINISHED
+        final = SWEEP_FAILED if stopped else SWEEP_CANCELLED if status == SWEEP_CANCELLING else SWEEP_FINISHED
         with wb.db.session() as session:
             session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == status)
                             .values(status=final, finished_at=now).execution_options(synchronize_session=False))
         log.info("sweep %s: %s", sweep_id, final)
+
+
+def _fails_alike(runs) -> Optional[str]:
+    """Why the sweep should stop: its first ended trials (at least ``FAIL_FAST_TRIALS``) all failed with one
+    and the same error. None while fewer ended, or any ended otherwise."""
+    ended = [r for r in runs if r.status not in NOT_ENDED]
+    if len(ended) < FAIL_FAST_TRIALS:
+        return None
+    errors = {r.error for r in ended if r.status == FAILED}
+    if len(errors) != 1 or any(r.status != FAILED for r in ended) or not next(iter(errors)):
+        return None
+    return (f"stopped: its first {len(ended)} trials all failed with the same error, so the others would "
+            f"too — {next(iter(errors))}")
+
+
+def _stop(wb: "Workbench", sweep_id: int, reason: str) -> bool:
+    """Ask for no more trials and cancel the queued and running ones; the sweep ends failed with ``reason``."""
+    with wb.db.session() as session:
+        result = session.execute(update(Sweep).where(Sweep.id == sweep_id, Sweep.status == SWEEP_RUNNING)
+                                 .values(status=SWEEP_CANCELLING, error=reason)
+                                 .execution_options(synchronize_session=False))
+        if result.rowcount != 1:
+            return False
+        waiting = list(session.scalars(select(Run.id).where(Run.sweep_id == sweep_id,
+                                                            Run.status.in_(NOT_ENDED))))
+    for run_id in waiting:
+        try:
+            queue.request_cancel(wb.db, run_id)
+        except InvalidState:
+            pass  # it ended meanwhile
+    log.warning("sweep %s %s", sweep_id, reason)
+    return True
 
 
 def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metric: str) -> None:
@@ -223,15 +330,24 @@ def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metri
 
 
 def _create_trial_run(wb: "Workbench", sweep_id: int, spec: SweepSpec, number: int,
-                      params: Mapping[str, Any]) -> Optional[int]:
+                      params: Mapping[str, Any]) -> Created:
     # "sweep 3 #5" first: the Runs table's search for it lists the sweep's trials together.
     name = f"sweep {sweep_id} #{number}{' ' + spec.name if spec.name else ''}: {format_params(params)}"[:200]
     run_spec = apply_params(spec.base, params, name=name)
     try:
-        return queue.submit(wb.db, run_spec, wb.settings.runs_dir, sweep_id=sweep_id, trial_number=number)
+        queue.submit(wb.db, run_spec, wb.settings.runs_dir, sweep_id=sweep_id, trial_number=number)
+        return Created.CREATED
     except IntegrityError:
-        log.info("sweep %s trial %s: another process created its run first", sweep_id, number)
-        return None
+        with wb.db.session() as session:
+            exists = session.scalar(select(Run.id).where(Run.sweep_id == sweep_id, Run.trial_number == number))
+            budget = session.scalar(select(Sweep.n_trials).where(Sweep.id == sweep_id))
+        if exists is not None:
+            log.info("sweep %s trial %s: another process created its run first", sweep_id, number)
+            return Created.EXISTS
+        if budget is not None and number >= budget:
+            log.warning("sweep %s trial %s: refused, the sweep has its %s trials", sweep_id, number, budget)
+            return Created.FULL
+        raise
 
 
 class SweepDriver:

@@ -73,10 +73,36 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with _MIGRATING_IN_THIS_PROCESS, _sqlite_file_lock(engine), engine.begin() as connection:
+    with _MIGRATING_IN_THIS_PROCESS, _sqlite_file_lock(engine), _migration_transaction(engine) as connection:
         _lock_schema(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+@contextlib.contextmanager
+def _migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction for migrations; on SQLite with foreign keys off, as Alembic's batch mode needs.
+
+    A batch migration copies a table and drops the old one; with foreign keys on, that DROP deletes
+    every row first and ON DELETE CASCADE removed each run's metric points, artifacts and playgrounds.
+    The keys are checked before the commit instead, and switched on again for the pool.
+    """
+    with engine.connect() as connection:
+        if engine.dialect.name != "sqlite":
+            with connection.begin():
+                yield connection
+            return
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction: before it
+        connection.commit()
+        try:
+            with connection.begin():
+                yield connection
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the schema upgrade left rows whose foreign key points nowhere: {broken[:5]}")
+        finally:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
 
 
 def describe_error(exc: SQLAlchemyError) -> str:

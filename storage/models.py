@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (JSON, Boolean, CheckConstraint, DateTime, Float, ForeignKey, ForeignKeyConstraint, Index,
+                        Integer, String, Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -29,9 +30,11 @@ PRUNED = "pruned"
 RUN_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED, PRUNED)
 
 # Sweep states: running (trials being asked for and run), cancelling (no new trials; waiting for the
-# running ones to stop), finished (every trial ended), cancelled.
+# running ones to stop), finished (every trial ended), cancelled, failed (stopped because its first trials
+# all failed the same way; ``Sweep.error`` says how).
 SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED = "running", "cancelling", "finished", "cancelled"
-SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED)
+SWEEP_FAILED = "failed"
+SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED, SWEEP_FAILED)
 
 
 class Dataset(Base):
@@ -50,6 +53,11 @@ class Dataset(Base):
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     warnings: Mapped[list[Any]] = mapped_column(JSON, default=list)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+# A sweep's trial is numbered 0..n_trials-1 (NULLs would slip through a plain comparison, hence IS NOT NULL).
+TRIAL_IN_BUDGET = ("sweep_id IS NULL OR (trial_number IS NOT NULL AND sweep_n_trials IS NOT NULL "
+                   "AND trial_number >= 0 AND trial_number < sweep_n_trials)")
 
 
 class Run(Base):
@@ -89,10 +97,12 @@ class Run(Base):
     started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     heartbeat_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
-    # A sweep's trial: the sweep and Optuna's trial number (one run per trial, retries included).
-    sweep_id: Mapped[Optional[int]] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL",
-                                                               name="fk_runs_sweep_id"), nullable=True)
+    # A sweep's trial: the sweep, Optuna's trial number (one run per trial, retries included) and a copy of
+    # the sweep's n_trials, which the composite foreign key keeps true: with the CHECK below, the database
+    # itself refuses trial n_trials, whoever asks and however two askers interleave.
+    sweep_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     trial_number: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    sweep_n_trials: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     # A label audit's fold: the audit and the fold (0..k-1) whose held-out part this run predicts.
     audit_id: Mapped[Optional[int]] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL",
                                                                name="fk_runs_audit_id"), nullable=True)
@@ -110,6 +120,9 @@ class Run(Base):
         # Two processes creating a run for the same trial: the second insert fails instead of doubling it.
         Index("ix_runs_sweep_trial", "sweep_id", "trial_number", unique=True),
         Index("ix_runs_audit_fold", "audit_id", "fold", unique=True),
+        ForeignKeyConstraint(["sweep_id", "sweep_n_trials"], ["sweeps.id", "sweeps.n_trials"], ondelete="SET NULL",
+                             name="fk_runs_sweep_budget"),
+        CheckConstraint(TRIAL_IN_BUDGET, name="ck_runs_trial_in_budget"),
     )
 
 
@@ -175,7 +188,9 @@ class Sweep(Base):
 
     The study itself (trials, parameters, reported values) lives in Optuna's tables in the same
     database; the trials' runs point here through ``Run.sweep_id``. ``lock_owner``/``lock_until``
-    is a short lease: whoever holds it is the only process asking Optuna for trials of this sweep.
+    is a short lease, renewed while its holder works: whoever holds it is the only process asking
+    Optuna for trials of this sweep. ``n_trials`` (also in the spec) is the trial budget the runs'
+    composite foreign key and CHECK enforce; it never changes once trials exist.
     """
 
     __tablename__ = "sweeps"
@@ -186,11 +201,19 @@ class Sweep(Base):
     status: Mapped[str] = mapped_column(String(16), default=SWEEP_RUNNING, index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     study_name: Mapped[str] = mapped_column(String(120), unique=True)
+    n_trials: Mapped[int] = mapped_column(Integer)
+    # Why a failed sweep stopped (the error its first trials all ended with).
     error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
     lock_owner: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
     lock_until: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+    __table_args__ = (
+        # The target of the runs' (sweep_id, sweep_n_trials) foreign key.
+        UniqueConstraint("id", "n_trials", name="uq_sweeps_id_n_trials"),
+        CheckConstraint("n_trials >= 1", name="ck_sweeps_n_trials"),
+    )
 
 
 class Audit(Base):

@@ -1,10 +1,12 @@
 """The CLI contract scripts depend on: `workbench runs ...`, `workbench train`, `workbench worker` options."""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobs import queue
 from storage.models import CANCELLED, QUEUED, SUCCEEDED
@@ -154,3 +156,81 @@ def test_a_usage_mistake_is_one_message_without_a_traceback(cli):
     code, out, err = cli("train", "--task", "text-classification", "--no-such-option")
     assert code == 2 and "No such option: --no-such-option" in err
     assert "Traceback" not in err + out
+
+
+ID_COMMANDS = [("runs", "show"), ("runs", "cancel"), ("runs", "retry"), ("runs", "logs"), ("data", "audit-show"),
+               ("publish",), ("sweep", "show"), ("sweep", "cancel"), ("sweep", "best")]
+
+
+@pytest.mark.parametrize("command", ID_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("value", ["100000000000000000000", "9223372036854775808", "0", "-1", "abc", "1e3", "2.0"])
+def test_an_id_that_cannot_exist_is_not_found_in_one_line(cli, command, value):
+    """Ids are whole numbers from 1 to 2**63-1: anything else is exit 3 and one line, never an OverflowError."""
+    code, out, err = cli(*command, "--", value) if value.startswith("-") else cli(*command, value)
+    kind = "audit" if "audit-show" in command else "sweep" if command[0] == "sweep" else "run"
+    assert (code, out) == (3, ""), err
+    assert err == f"error: {kind} {value!r} does not exist: {kind} ids are whole numbers from 1 to {2**63 - 1}\n"
+
+
+def test_the_largest_id_is_looked_up(cli):
+    code, _, err = cli("runs", "show", "9223372036854775807")
+    assert code == 3 and err.startswith("error: run 9223372036854775807 does not exist;")
+
+
+def write_csv(path: Path, records: list[dict]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+def labelled(n: int, tag: str) -> list[dict]:
+    """Distinct texts: the store drops duplicates, and validation texts seen in training."""
+    return [{**r, "text": f"{r['text']} {tag}{i}"} for i, r in enumerate(classification_records(n))]
+
+
+def test_train_config_imports_the_files_it_names_as_data_and_eval_do(cli, wb, tmp_path):
+    train = write_csv(tmp_path / "reviews.csv", labelled(40, "t"))
+    held_out = write_csv(tmp_path / "held_out.csv", labelled(12, "v"))
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"task": "text-classification", "model": "fake:succeed",
+                                      "data": {"train_path": str(train), "validation_path": str(held_out)}}))
+    code, out, err = cli("train", "--config", str(config))
+    assert code == 0, err
+    run = runs.get_run(wb, int(out))
+    data = run["spec"]["data"]
+    # The spec records the dataset, whose normalized files the worker reads; not the CSV itself.
+    assert data["dataset_id"] and not data["train_path"] and data["validation_path"] is None
+    stored = datasets.get_dataset(wb, data["dataset_id"])
+    assert (stored.name, stored.train, stored.validation, run["dataset"]) == ("reviews", 40, 12, "reviews")
+    code, out, err = cli("train", "--task", "text-classification", "--data", str(train), "--eval", str(held_out))
+    assert code == 0, err
+    assert runs.get_run(wb, int(out))["spec"]["data"]["dataset_id"] == data["dataset_id"]  # one import path
+    # A stored dataset with a validation file: the file is stored whole and read in its normalized form.
+    config.write_text(yaml.safe_dump({"task": "text-classification", "model": "fake:succeed",
+                                      "data": {"dataset_id": data["dataset_id"], "validation_path": str(held_out)}}))
+    code, out, err = cli("train", "--config", str(config))
+    assert code == 0, err
+    validation = Path(runs.get_run(wb, int(out))["spec"]["data"]["validation_path"])
+    assert validation.name == "train.jsonl" and validation.is_relative_to(wb.settings.datasets_dir)
+    config.write_text(yaml.safe_dump({"task": "text-classification", "data": {"train_path": str(tmp_path / "no.csv")}}))
+    code, _, err = cli("train", "--config", str(config))
+    assert code == 3 and "data.train_path: no such file" in err
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_train_config_with_a_csv_file_trains(cli, wb, tmp_path):
+    """The documented `data: {train_path: file.csv}` trains; it failed every run with "not valid JSON"."""
+    model = tiny_bert(tmp_path / "tiny-bert")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "task": "text-classification", "model": str(model),
+        "data": {"train_path": str(write_csv(tmp_path / "train.csv", labelled(32, "t"))),
+                 "validation_path": str(write_csv(tmp_path / "dev.csv", labelled(8, "v")))},
+        "train": {"epochs": 1, "batch_size": 8, "max_length": 16}}))
+    code, out, err = cli("train", "--config", str(config), "--wait", "--json")
+    assert code == 0, out + err
+    final = json.loads(out)
+    assert final["status"] == SUCCEEDED and final["error"] is None and "accuracy" in final["metrics"]

@@ -73,7 +73,8 @@ def test_runs_of_a_sweep_are_grouped_in_trial_order(qwb):
     from storage.models import Sweep
 
     with qwb.db.session() as session:
-        sweeps = [Sweep(name=f"s{i}", task="text-classification", spec={}, study_name=f"study-{i}") for i in (1, 2)]
+        sweeps = [Sweep(name=f"s{i}", task="text-classification", spec={}, study_name=f"study-{i}",
+                        n_trials=2) for i in (1, 2)]
         session.add_all(sweeps)
         session.flush()
         first, second = (s.id for s in sweeps)

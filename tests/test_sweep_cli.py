@@ -8,9 +8,10 @@ import yaml
 
 from jobs.worker import Worker
 from storage.models import SUCCEEDED
-from tests.queue_support import fake_spec, wait_until
+from tests.queue_support import wait_until
+from tests.test_cli_runs import labelled, write_csv
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
-from workbench.services import runs, sweeps
+from workbench.services import datasets, runs, sweeps
 
 
 def data_file(tmp_path):
@@ -50,7 +51,7 @@ def test_sweep_from_yaml_with_flags_over_it_and_defaults(cli, wb, tmp_path):
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump({
         "base": {"task": "text-classification", "model": "fake:succeed",
-                 "data": {"train_path": fake_spec(wb).data.train_path}},
+                 "data": {"train_path": data_file(tmp_path)}},
         "space": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-4, "log": True},
                   "epochs": {"low": 1, "high": 3}},
         "objective": {"metric": "f1_macro", "direction": "maximize"},
@@ -79,6 +80,31 @@ def test_sweep_errors_are_one_line(cli, wb, tmp_path):
     assert code == 2 and "unknown pruner" in err
     code, _, err = cli("sweep", "show", "42")
     assert code == 3 and "sweep 42 does not exist" in err
+
+
+def test_sweep_config_imports_the_files_its_base_names(cli, wb, tmp_path):
+    from jobs.run_job import resolve_spec
+    from jobs.spec import RunSpec
+    from jobs.tasks import task_module
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({
+        "base": {"task": "text-classification", "model": "fake:succeed",
+                 "data": {"train_path": str(write_csv(tmp_path / "train.csv", labelled(30, "t"))),
+                          "validation_path": str(write_csv(tmp_path / "dev.csv", labelled(10, "v")))}},
+        "space": {"learning_rate": "1e-5..1e-3:log"}, "n_trials": 3, "parallelism": 2, "pruner": "none"}))
+    code, out, err = cli("sweep", "--config", str(config), "--json")
+    assert code == 0, err
+    shown = sweeps.get_sweep(wb, json.loads(out)["id"])
+    dataset_id = shown["spec"]["base"]["data"]["dataset_id"]
+    stored = datasets.get_dataset(wb, dataset_id)
+    assert (stored.train, stored.validation) == (30, 10) and not shown["spec"]["base"]["data"]["train_path"]
+    for trial in shown["trials"]:
+        spec = RunSpec.from_dict(runs.get_run(wb, trial["run_id"])["spec"])
+        assert spec.data.dataset_id == dataset_id and not spec.data.train_path
+        resolved, _ = resolve_spec(wb, spec)  # what the trial's training reads: the store's normalized files
+        assert len(task_module(spec.task).read(resolved.data.train_path)) == 30
+        assert len(task_module(spec.task).read(resolved.data.validation_path)) == 10
 
 
 @pytest.mark.e2e

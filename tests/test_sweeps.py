@@ -7,6 +7,7 @@ every 5 steps with a value set by the learning rate.
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import optuna
 import pytest
@@ -133,19 +134,6 @@ def test_pruner_stops_bad_trials_which_end_pruned_and_free_their_worker(qwb):
         runs_service.retry_run(qwb, bad[0].id)
 
 
-def test_failed_trials_are_told_as_failed_and_the_sweep_goes_on(qwb):
-    spec = sweep_spec(qwb, model="fake:raise", n_trials=3, parallelism=2)
-    sweep_id = sweeps.create_sweep(qwb, spec)
-    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
-    assert drive(worker, qwb, sweep_id)
-    shown = sweeps.get_sweep(qwb, sweep_id)
-    assert [t["state"] for t in shown["trials"]] == [FAILED] * 3
-    assert {t["optuna_state"] for t in shown["trials"]} == {"fail"}
-    assert shown["best"] is None and shown["counts"]["failed"] == 3
-    with pytest.raises(InvalidState, match="counted by the sweep"):
-        runs_service.retry_run(qwb, shown["trials"][0]["run_id"])
-
-
 def test_a_trial_whose_worker_died_is_resumed_as_the_same_trial_and_told_once(qwb):
     spec = sweep_spec(qwb, n_trials=2, parallelism=2)
     sweep_id = sweeps.create_sweep(qwb, spec)
@@ -224,7 +212,7 @@ def test_a_restarted_worker_and_server_continue_the_sweep_where_it_was(qwb):
 def test_a_trial_asked_by_a_process_that_died_before_queuing_it_gets_its_run(qwb):
     spec = sweep_spec(qwb, n_trials=3, parallelism=3)
     with qwb.db.session() as session:
-        sweep = Sweep(name="", task=spec.task, spec=spec.to_dict(), study_name="lost-ask")
+        sweep = Sweep(name="", task=spec.task, spec=spec.to_dict(), study_name="lost-ask", n_trials=spec.n_trials)
         session.add(sweep)
         session.flush()
         sweep_id = sweep.id
@@ -308,3 +296,156 @@ def test_start_up_trials_spread_over_the_range(qwb):
     points = sorted(math.log10(engine.load_study(storage, "spread", spec, trial_number=n)
                                .ask(engine.distributions(spec.space)).params["learning_rate"]) for n in range(4))
     assert min(b - a for a, b in zip(points, points[1:])) > 0.02  # no two within 5% of each other
+
+
+# -- the trial budget is the database's, not a check in Python ------------------------------------------
+
+def bare_sweep(wb, spec, study_name):
+    """A sweep row and its study, no trial asked yet (``create_sweep`` would ask at once)."""
+    with wb.db.session() as session:
+        sweep = Sweep(name="", task=spec.task, spec=spec.to_dict(), study_name=study_name, n_trials=spec.n_trials)
+        session.add(sweep)
+        session.flush()
+        sweep_id = sweep.id
+    engine.create_study(engine.open_storage(wb.db), study_name, spec)
+    return sweep_id
+
+
+def test_the_database_refuses_a_trial_past_n_trials(qwb):
+    from sqlalchemy import insert
+    from sqlalchemy.exc import IntegrityError
+
+    spec = sweep_spec(qwb, n_trials=3, parallelism=1)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    row = {"name": "", "task": spec.task, "model": "fake:succeed", "spec": {}, "sweep_id": sweep_id}
+    refused = [{"trial_number": 3, "sweep_n_trials": 3},    # the CHECK: number < n_trials
+               {"trial_number": 3, "sweep_n_trials": 10},   # the foreign key: the copied n_trials cannot lie
+               {"trial_number": 3, "sweep_n_trials": None},  # nor be left out
+               {"trial_number": None, "sweep_n_trials": 3},
+               {"trial_number": -1, "sweep_n_trials": 3}]
+    for values in refused:
+        with pytest.raises(IntegrityError):
+            with qwb.db.session() as session:
+                session.execute(insert(Run.__table__).values(**row, **values))
+    with pytest.raises(IntegrityError):
+        queue.submit(qwb.db, fake_spec(qwb), qwb.settings.runs_dir, sweep_id=sweep_id, trial_number=3)
+    with pytest.raises(IntegrityError):  # nor can the budget grow under the trials that point at it
+        with qwb.db.session() as session:
+            session.execute(update(Sweep).where(Sweep.id == sweep_id).values(n_trials=10))
+    with qwb.db.session() as session:  # the last place left is taken as any other
+        session.execute(insert(Run.__table__).values(**row, trial_number=2, sweep_n_trials=3))
+    assert [r.trial_number for r in trial_runs(qwb, sweep_id)] == [0, 2]
+
+
+def test_two_askers_interleaving_never_overshoot_n_trials(qwb, monkeypatch):
+    """Asker A's snapshot is taken, then B (whose lease overran A's) runs a whole pass before A inserts
+    its first trial: A then asks on from a stale count. The database refuses A's trial 6."""
+    spec = sweep_spec(qwb, n_trials=6, parallelism=6)
+    sweep_id = bare_sweep(qwb, spec, "race")
+    other = second_workbench(qwb.settings)
+    real_submit, raced = queue.submit, []
+
+    def submit(*args, **kwargs):
+        if not raced:
+            raced.append(True)
+            engine._advance_locked(other, engine.open_storage(other.db), sweep_id, dt.datetime.utcnow())
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "submit", submit)
+    try:
+        assert engine.advance(qwb, engine.open_storage(qwb.db), sweep_id, "A") is True
+    finally:
+        other.close()
+    assert raced and [r.trial_number for r in trial_runs(qwb, sweep_id)] == list(range(6))
+    trials = engine.load_study(engine.open_storage(qwb.db), "race", spec).get_trials()
+    # A's extra ask got no run and was told failed; the sweep's views show its 6 trials only.
+    assert [t.number for t in trials if t.state == optuna.trial.TrialState.FAIL] == [6]
+    assert [t["trial"] for t in sweeps.get_sweep(qwb, sweep_id)["trials"]] == list(range(6))
+    engine.advance(qwb, engine.open_storage(qwb.db), sweep_id, "A")  # and later passes ask no more
+    assert len(trial_runs(qwb, sweep_id)) == 6
+
+
+def test_a_long_pass_renews_its_lease_so_nobody_else_asks_meanwhile(qwb, monkeypatch):
+    monkeypatch.setattr(engine, "LEASE_SECONDS", 1.0)
+    spec = sweep_spec(qwb, n_trials=6, parallelism=6)
+    sweep_id = bare_sweep(qwb, spec, "long-pass")
+    real_submit, intruder_won = queue.submit, []
+
+    def slow_submit(*args, **kwargs):
+        time.sleep(0.4)  # 6 trials: 2.4 s in all, more than twice the lease
+        intruder_won.append(engine._take_lease(qwb.db, sweep_id, "intruder", dt.datetime.utcnow()))
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "submit", slow_submit)
+    assert engine.advance(qwb, engine.open_storage(qwb.db), sweep_id, "creator") is True
+    assert intruder_won == [False] * 6
+    assert [r.trial_number for r in trial_runs(qwb, sweep_id)] == list(range(6))
+
+
+def test_a_pass_that_lost_its_lease_stops_asking(qwb, monkeypatch):
+    monkeypatch.setattr(engine, "LEASE_SECONDS", 1.0)
+    spec = sweep_spec(qwb, n_trials=6, parallelism=6)
+    sweep_id = bare_sweep(qwb, spec, "lost-lease")
+    real_submit = queue.submit
+
+    def submit(*args, **kwargs):
+        time.sleep(0.3)
+        with qwb.db.session() as session:  # another process took the lease over
+            session.execute(update(Sweep).where(Sweep.id == sweep_id).values(lock_owner="other"))
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "submit", submit)
+    assert engine.advance(qwb, engine.open_storage(qwb.db), sweep_id, "slow") is True
+    assert 1 <= len(trial_runs(qwb, sweep_id)) < 6
+
+
+def test_each_pass_asks_for_a_bounded_number_of_trials(qwb, monkeypatch):
+    monkeypatch.setattr(engine, "ASKS_PER_ADVANCE", 4)
+    spec = sweep_spec(qwb, n_trials=10, parallelism=10)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    assert len(trial_runs(qwb, sweep_id)) == 4  # creating the sweep returns after 4 asks, not 10
+    storage = engine.open_storage(qwb.db)
+    counts = []
+    for _ in range(3):
+        engine.advance(qwb, storage, sweep_id, "worker")
+        counts.append(len(trial_runs(qwb, sweep_id)))
+    assert counts == [8, 10, 10]
+
+
+# -- a sweep whose trials all fail the same way ---------------------------------------------------------
+
+def test_trials_that_all_fail_alike_stop_the_sweep_which_says_why(qwb):
+    spec = sweep_spec(qwb, model="fake:raise", n_trials=10, parallelism=2)
+    sweep_id = sweeps.create_sweep(qwb, spec)
+    worker = Worker(qwb, InProcessRunner(qwb), max_jobs=2, gpus=[])
+    assert wait_until(lambda: sweep_status(qwb, sweep_id) == "failed", 60, worker.loop_once)
+    for _ in range(5):
+        worker.loop_once()
+    shown = sweeps.get_sweep(qwb, sweep_id)
+    assert shown["status"] == "failed"
+    assert "trials all failed with the same error" in shown["error"] and "ValueError: boom" in shown["error"]
+    # The trials that failed, and not one more asked after the stop (one still running is cancelled).
+    assert engine.FAIL_FAST_TRIALS <= len(shown["trials"]) < engine.FAIL_FAST_TRIALS + spec.parallelism
+    states = [t["state"] for t in shown["trials"]]
+    assert states.count(FAILED) >= engine.FAIL_FAST_TRIALS and set(states) <= {FAILED, "cancelled"}
+    assert {t["optuna_state"] for t in shown["trials"]} == {"fail"}
+    assert shown["best"] is None and shown["counts"]["failed"] == len(shown["trials"])
+    with pytest.raises(InvalidState, match="counted by the sweep"):
+        runs_service.retry_run(qwb, shown["trials"][0]["run_id"])
+    with pytest.raises(InvalidState, match="it is failed"):
+        sweeps.cancel_sweep(qwb, sweep_id)
+
+
+def test_a_sweep_stops_only_when_its_first_trials_failed_with_one_error():
+    from types import SimpleNamespace as Row
+
+    def rows(*ended, running=0):
+        return [Row(status=s, error=e) for s, e in ended] + [Row(status=RUNNING, error=None)] * running
+
+    boom, oom = (FAILED, "ValueError: boom"), (FAILED, "CUDA out of memory")
+    assert engine._fails_alike(rows(boom, boom, boom, running=2)).endswith("ValueError: boom")
+    assert engine._fails_alike(rows(boom, boom, running=2)) is None  # too few ended yet
+    assert engine._fails_alike(rows(boom, oom, boom)) is None  # not the same way
+    assert engine._fails_alike(rows(boom, boom, (SUCCEEDED, None), boom)) is None
+    assert engine._fails_alike(rows(boom, boom, ("cancelled", None))) is None
+    assert engine._fails_alike(rows((FAILED, None), (FAILED, None), (FAILED, None))) is None

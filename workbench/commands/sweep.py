@@ -9,7 +9,8 @@
     workbench sweep best ID               the best trial's run id (for `workbench publish`)
 
 `sweep show --json` is a contract: `id`, `status`, `counts` (done/running/pruned/failed), `best`
-(null or a trial) and `trials` (each with `trial`, `run_id`, `state`, `params`, `value`).
+(null or a trial), `trials` (each with `trial`, `run_id`, `state`, `params`, `value`) and `error`
+(null, or why a failed sweep stopped).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, Optional
 
 import typer
 
-from workbench.cli import app, emit
+from workbench.cli import app, emit, id_argument
 from workbench.errors import ConfigError
 
 sweep_app = typer.Typer(help="Hyper-parameter sweeps: many runs on the queue, pruned early, compared in one view.",
@@ -27,17 +28,12 @@ app.add_typer(sweep_app, name="sweep")
 
 
 def _load_yaml(path: Optional[Path]) -> dict[str, Any]:
+    """The sweep file's mapping, read within the spec-file limits and checked as far as it goes without flags."""
     if path is None:
         return {}
-    import yaml
+    from jobs.spec_files import load_sweep_spec_file
 
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the sweep spec {path}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a sweep spec is a mapping (base:, space:, n_trials:, ...)")
-    return raw
+    return load_sweep_spec_file(path)
 
 
 def build_sweep_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, lora, params: list[str],
@@ -74,6 +70,8 @@ def _summary(sweep: dict[str, Any]) -> str:
     lines = [f"sweep {sweep['id']}: {sweep['status']} — {len(sweep['trials'])}/{sweep['n_trials']} trials "
              f"(done {counts['done']}, running {counts['running']}, pruned {counts['pruned']}, "
              f"failed {counts['failed']}), {sweep['direction']} {sweep['metric']}"]
+    if sweep.get("error"):
+        lines.append(sweep["error"])
     best = sweep["best"]
     if best:
         lines.append(f"best: trial {best['trial']} (run {best['run_id']}) {sweep['metric']}={best['value']:.4g}  "
@@ -132,7 +130,7 @@ def sweep(
 
 
 @sweep_app.command()
-def show(sweep_id: int, as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
+def show(sweep_id: int = id_argument("sweep"), as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
     """Progress, the best trial, and each trial's parameters, value and state."""
     from workbench.context import open_workbench
     from workbench.services import sweeps
@@ -156,7 +154,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON (a list
 
 
 @sweep_app.command()
-def cancel(sweep_id: int) -> None:
+def cancel(sweep_id: int = id_argument("sweep")) -> None:
     """Ask for no more trials and cancel the queued and running ones (running ones stop at their next step)."""
     from workbench.context import open_workbench
     from workbench.services import sweeps
@@ -167,7 +165,7 @@ def cancel(sweep_id: int) -> None:
 
 
 @sweep_app.command()
-def best(sweep_id: int) -> None:
+def best(sweep_id: int = id_argument("sweep")) -> None:
     """Print the best trial's run id: `workbench publish $(workbench sweep best ID)` shares it."""
     from workbench.context import open_workbench
     from workbench.services import sweeps

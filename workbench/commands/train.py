@@ -8,23 +8,18 @@ from typing import Any, Optional
 import typer
 
 from workbench.cli import app, emit
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, NotFound
 
 log = logging.getLogger(__name__)
 
 
 def _load_config(path: Optional[Path]) -> dict[str, Any]:
+    """The run spec file's mapping, read within the spec-file limits and checked as far as it goes without flags."""
     if path is None:
         return {}
-    import yaml
+    from jobs.spec_files import load_run_spec_file
 
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the run spec {path}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a run spec is a mapping (task:, data:, train:, ...)")
-    return raw
+    return load_run_spec_file(path)
 
 
 def _dataset_id(wb, value: str, task: str, validation: Optional[str] = None) -> str:
@@ -59,10 +54,16 @@ def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epoc
         raw["lora"] = {**(raw.get("lora") or {}), "enabled": True}
     if procs is not None:
         raw["procs"] = procs
+    if data:
+        data_spec = {}  # --data replaces the file's data: section
+    elif data_spec:
+        RunSpec.from_dict({**raw, "train": train, "data": data_spec})  # typos first, before any import
+        data, eval_data, data_spec = _files_named_in_spec(data_spec, eval_data)
     data_is_file = bool(data) and Path(data).exists()
     eval_is_file = bool(eval_data) and Path(eval_data).exists()
     if data:
-        data_spec = {"dataset_id": _dataset_id(wb, data, raw["task"], eval_data if eval_is_file else None)}
+        data_spec = {**data_spec, "dataset_id": _dataset_id(wb, data, raw["task"],
+                                                            eval_data if eval_is_file else None)}
     if eval_data and not (data_is_file and eval_is_file):
         # A stored dataset (or a file stored whole, without a split) is this run's validation data.
         eval_id = (datasets.import_dataset(wb, Path(eval_data), raw["task"], validation_fraction=0.0).id
@@ -72,6 +73,22 @@ def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epoc
         raise ConfigError("give --data (a file, a folder or a dataset id), or data: in the --config file")
     raw["train"], raw["data"] = train, data_spec
     return RunSpec.from_dict(raw)
+
+
+def _files_named_in_spec(data_spec: dict[str, Any], eval_data: Optional[str]
+                         ) -> tuple[Optional[str], Optional[str], dict[str, Any]]:
+    """The files a spec's ``data:`` names, taken out of it to be imported as ``--data`` and ``--eval`` are:
+    (training file or None, validation file or ``eval_data``, the rest of ``data:``). The worker reads only
+    the dataset store's normalized files, so a CSV queued as ``train_path`` failed every run."""
+    rest = dict(data_spec)
+    if rest.get("dataset_id") and rest.get("train_path"):
+        raise ConfigError("data: give dataset_id or train_path (a file to import), not both")
+    train_path, validation_path = rest.pop("train_path", None), rest.pop("validation_path", None)
+    for key, value in (("train_path", train_path), ("validation_path", validation_path)):
+        if value and not Path(value).is_file():
+            raise NotFound(f"data.{key}: no such file {value} (a relative path is read from the current "
+                           "directory, as --data is)")
+    return train_path, eval_data or validation_path, rest
 
 
 @app.command()

@@ -35,7 +35,8 @@ def _iso(value: Optional[dt.datetime]) -> Optional[str]:
 
 
 def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
-    """Create the sweep and its Optuna study, and queue its first ``parallelism`` trials. Returns its id."""
+    """Create the sweep and its Optuna study, and queue its first ``parallelism`` trials (at most
+    ``jobs.sweeps.ASKS_PER_ADVANCE``; the workers queue the rest). Returns its id."""
     from workbench.services.runs import submit_run_checks
 
     submit_run_checks(wb, engine.apply_params(spec.base, {}))
@@ -44,7 +45,7 @@ def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
     engine.create_study(storage, study_name, spec)
     with wb.db.session() as session:
         sweep = Sweep(name=spec.name, task=spec.task, status=SWEEP_RUNNING, spec=spec.to_dict(),
-                      study_name=study_name)
+                      study_name=study_name, n_trials=spec.n_trials)
         session.add(sweep)
         session.flush()
         sweep_id = sweep.id
@@ -70,6 +71,8 @@ def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, 
             .where(Run.sweep_id == sweep.id)).all()}
     rows = []
     for trial in study.get_trials(deepcopy=False):
+        if trial.number >= sweep.n_trials:
+            continue  # asked past the budget by a racing process, refused by the database, told failed
         run = runs.get(trial.number)
         metrics = (run.metrics or {}) if run else {}
         intermediate = trial.intermediate_values
@@ -123,7 +126,7 @@ def get_sweep(wb: Workbench, sweep_id: int) -> dict[str, Any]:
             "n_trials": spec.n_trials, "parallelism": spec.parallelism, "pruner": spec.pruner,
             "created_at": _iso(sweep.created_at), "finished_at": _iso(sweep.finished_at),
             "counts": counts, "best": _best(rows, spec.direction), "trials": rows, "spec": spec.to_dict(),
-            "verdict": sweep_verdict(rows)}
+            "verdict": sweep_verdict(rows), "error": sweep.error}
 
 
 def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:
@@ -138,7 +141,8 @@ def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:
             trial_counts[sweep_id][bucket] += 1
     return [{"id": s.id, "name": s.name, "task": s.task, "status": s.status,
              "n_trials": s.spec.get("n_trials"), "parallelism": s.spec.get("parallelism"),
-             "counts": trial_counts.get(s.id, {}), "created_at": _iso(s.created_at)} for s in sweeps]
+             "counts": trial_counts.get(s.id, {}), "created_at": _iso(s.created_at), "error": s.error}
+            for s in sweeps]
 
 
 def cancel_sweep(wb: Workbench, sweep_id: int) -> str:

@@ -11,13 +11,13 @@ importance and the trials table, with Cancel, Compare the top 5, Open best run, 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Optional
 
 import gradio as gr
 import pandas as pd
 import yaml
 
+from jobs.spec_files import load_json, load_yaml
 from jobs.sweep_spec import PRUNERS, SweepSpec, default_space, format_params
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.services import runs as runs_service
@@ -39,8 +39,10 @@ def space_yaml(task: str, lora: bool = False) -> str:
 
 def default_space_for(base_json: str) -> str:
     try:
-        base = json.loads(base_json or "{}")
-    except ValueError:
+        base = load_json(base_json or "{}", "the run spec")
+    except ConfigError:
+        base = {}
+    if not isinstance(base, dict):
         base = {}
     return space_yaml(base.get("task") or "text-classification", bool((base.get("lora") or {}).get("enabled")))
 
@@ -49,21 +51,28 @@ def spec_from_form(base_json: str, space_text: str, n_trials: Any, parallelism: 
                    direction: str, name: str) -> SweepSpec:
     """The sweep spec for the form's values; ``ConfigError`` says what to fix."""
     try:
-        base = json.loads(base_json or "")
-    except ValueError:
-        raise ConfigError("the Train form's run spec is not valid; fix the form first") from None
+        base = load_json(base_json or "", "the Train form's run spec")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; fix the form first") from None
     if not isinstance(base, dict) or "error" in base:
         raise ConfigError(f"the Train form's run spec is not valid: {base.get('error') if isinstance(base, dict) else base}")
     if not (base.get("data") or {}).get("dataset_id"):
         raise ConfigError("choose a dataset in the Train form first")
-    try:
-        space = yaml.safe_load(space_text or "") or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"the search space is not valid YAML: {exc}") from None
-    return SweepSpec.from_dict({"base": base, "space": space, "n_trials": int(n_trials or 12),
-                                "parallelism": int(parallelism or 2), "pruner": pruner or "median",
+    space = load_yaml(space_text or "", "the search space") or {}
+    return SweepSpec.from_dict({"base": base, "space": space, "n_trials": _whole(n_trials, 12),
+                                "parallelism": _whole(parallelism, 2), "pruner": pruner or "median",
                                 "metric": (metric or "").strip(), "direction": direction or "",
                                 "name": (name or "").strip()})
+
+
+def _whole(value: Any, default: int) -> Any:
+    """A form number as the spec takes it: blank is the default, 3.0 is 3; anything else (2.5, inf) is left
+    for the spec to refuse with the field's name, not truncated or crashed on here."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def sweep_choices(wb) -> list[tuple[str, int]]:
@@ -94,6 +103,8 @@ def progress_markdown(sweep: dict[str, Any]) -> str:
         line += "  \nBest so far: no trial has completed yet."
     if sweep.get("verdict"):
         line += f"  \n⚠ **{sweep['verdict']}**"
+    if sweep.get("error"):
+        line += f"  \n⚠ **{sweep['error']}**"
     return line
 
 

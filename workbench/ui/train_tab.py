@@ -59,18 +59,29 @@ def spec_from_form(task: str, dataset_id: str | None, model: str, preset: str, n
     for key, value in advanced.items():
         if value is None or value == "":
             continue
-        if key in AUTO_WHEN_ZERO and float(value) == 0:
+        if key in AUTO_WHEN_ZERO and value == 0:
             train[key] = None
             continue
-        train[key] = int(value) if key in INT_KEYS else float(value)
+        train[key] = _form_number(value, key in INT_KEYS)
     if task == "masked-lm":
         train["objective"] = objective or "mlm"
     lora = lora or {}
-    lora_spec = LoraSpec(enabled=bool(lora.get("enabled")), r=int(lora.get("r") or 8),
-                         alpha=int(lora.get("alpha") or 16), dropout=float(lora.get("dropout") or 0.0))
+    lora_spec = LoraSpec(enabled=bool(lora.get("enabled")), r=_form_number(lora.get("r") or 8, True),
+                         alpha=_form_number(lora.get("alpha") or 16, True),
+                         dropout=_form_number(lora.get("dropout") or 0.0, False))
     return RunSpec(task=task, data=DataSpec(dataset_id=dataset_id or None, name=dataset_name or ""),
                    model=(model or DEFAULT_MODEL).strip(), train=TrainSpec(**train), lora=lora_spec,
                    name=(name or "").strip())
+
+
+def _form_number(value: Any, whole: bool) -> Any:
+    """A form number as the spec takes it (16.0 is 16 for a whole-number field); anything else (2.5 batches,
+    inf) is left as it is for the spec to refuse with the field's name, not truncated or crashed on here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if whole:
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+    return float(value)
 
 
 def form_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -268,7 +279,10 @@ def build(wb) -> TrainTab:
             return f"⚠ {exc}"
 
     def on_submit(parent, *values):
-        spec = current_spec(*values)
+        try:
+            spec = current_spec(*values)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
         if not spec.data.dataset_id:
             raise gr.Error("Choose a dataset first (import one in the Data tab).")
         try:
