@@ -32,7 +32,7 @@ def served(wb):
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
     yield f"http://127.0.0.1:{port}/"
-    server.should_exit = True
+    server.should_exit = server.force_exit = True  # gradio_client's event stream would hold a graceful stop
     thread.join(timeout=10)
 
 
