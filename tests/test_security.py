@@ -502,6 +502,20 @@ def test_a_lone_surrogate_is_refused_and_the_session_keeps_its_events(site):
     assert answer.status_code == 422 and "lone surrogate" in answer.json()["detail"]
 
 
+def test_a_json_call_body_over_the_cap_is_refused_unread(site):
+    """The surrogate check reads JSON calls before Gradio does: at most MAX_JSON_BODY bytes of them."""
+    from workbench.asgi import MAX_JSON_BODY
+
+    server = site[0]
+    body = b'{"data": ["' + b"a" * MAX_JSON_BODY + b'"]}'
+    for http in (httpx.Client(timeout=60), logged_in(server.url)):
+        answer = http.post(f"{server.url}/gradio_api/call/show", content=body,
+                           headers={"content-type": "application/json"})
+        assert answer.status_code == 413, answer.text
+        assert answer.json()["detail"] == f"the request body is larger than {MAX_JSON_BODY:,} bytes"
+    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+
+
 def test_lone_surrogate_finds_the_first_one_anywhere():
     from workbench.asgi import lone_surrogate
 

@@ -52,6 +52,9 @@ def _header(scope: dict, name: bytes) -> str:
 
 # ------------------------------------------------------------------ lone surrogates
 
+# The largest JSON call body read: as the predict API's (workbench/playground/api.py); files go as multipart.
+MAX_JSON_BODY = 16 * 10**6
+
 # A JSON escape of a UTF-16 surrogate, or one encoded as UTF-8 bytes (Python's json reads those too).
 _SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
@@ -86,8 +89,8 @@ class RefuseLoneSurrogates:
     is never involved. Bodies without a surrogate escape are passed on after one regex search.
     """
 
-    def __init__(self, app: Any, prefix: str = "/gradio_api/"):
-        self.app, self.prefix = app, prefix
+    def __init__(self, app: Any, prefix: str = "/gradio_api/", max_body: int = MAX_JSON_BODY):
+        self.app, self.prefix, self.max_body = app, prefix, max_body
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         content_type = _header(scope, b"content-type").lower()
@@ -96,7 +99,12 @@ class RefuseLoneSurrogates:
                 content_type.startswith(("multipart/", "application/x-www-form-urlencoded")):
             await self.app(scope, receive, send)
             return
-        body = await read_body(receive)
+        body = await read_body(receive, self.max_body)
+        if body is None:  # read to look at, so bounded: the rest is never held
+            message = f"the request body is larger than {self.max_body:,} bytes"
+            log.warning("request refused (413): %s %s", scope.get("path"), message)
+            await JSONResponse({"detail": message}, status_code=413)(scope, receive, send)
+            return
         found = None
         if _SURROGATE_HINT.search(body):
             try:
