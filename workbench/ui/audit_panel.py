@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import gradio as gr
 import pandas as pd
@@ -184,87 +184,187 @@ class AuditPanel:
     save_event: Any  # a new dataset exists afterwards: other pickers follow it
 
 
-def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> AuditPanel:
+@dataclasses.dataclass
+class _Start:
+    """How to audit: folds, model, preset, and the start button."""
+
+    folds: gr.Slider
+    model: gr.Dropdown
+    preset: gr.Radio
+    button: gr.Button
+
+
+def _build_start() -> _Start:
     from jobs import catalogue
 
     models = [info.name for info in catalogue.list_models()]
+    with gr.Row():
+        folds = gr.Slider(2, 10, value=5, step=1, label="Folds (one training run each)", elem_id="audit-folds")
+        model = gr.Dropdown(models, value=DEFAULT_MODEL, allow_custom_value=True, label="Model",
+                            elem_id="audit-model")
+        preset = gr.Radio(list(audits.PRESETS), value="quick", label="Preset of every fold run")
+    start = gr.Button("Find suspicious labels", variant="primary", elem_id="audit-start")
+    return _Start(folds, model, preset, start)
+
+
+@dataclasses.dataclass
+class _Review:
+    """The picked audit, its status, the filters and the table of suspects they leave."""
+
+    pick: gr.Dropdown
+    cancel: gr.Button
+    retry: gr.Button
+    status: gr.HTML
+    given: gr.Dropdown
+    suggested: gr.Dropdown
+    min_confidence: gr.Slider
+    decision: gr.Radio
+    caption: gr.Markdown
+    table: gr.Dataframe
+
+    @property
+    def filters(self) -> list:
+        return [self.given, self.suggested, self.min_confidence, self.decision]
+
+
+def _build_review() -> _Review:
+    with gr.Row():
+        pick = gr.Dropdown([], label="Audit of this dataset", elem_id="audit-pick", scale=3)
+        cancel = gr.Button("Cancel audit", size="sm", scale=1)
+        retry = gr.Button("Retry stopped folds", size="sm", scale=1)
+    status = gr.HTML(status_html(None), elem_id="audit-status")
+    with gr.Row():
+        given = gr.Dropdown([ANY], value=ANY, label="Given label", elem_id="audit-given")
+        suggested = gr.Dropdown([ANY], value=ANY, label="Suggested label", elem_id="audit-suggested")
+        min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Confidence at least")
+        decision = gr.Radio(list(DECISION_FILTERS), value="all", label="Decision")
+    caption = gr.Markdown(elem_id="audit-caption")
+    table = gr.Dataframe(headers=ISSUE_HEADERS, interactive=False, wrap=True, max_height=420,
+                         elem_id="audit-issues",
+                         column_widths=["6%", "11%", "39%", "11%", "11%", "8%", "5%", "9%"])
+    return _Review(pick, cancel, retry, status, given, suggested, min_confidence, decision, caption, table)
+
+
+@dataclasses.dataclass
+class _Decisions:
+    """Decide the clicked row, or every row shown at once."""
+
+    example: gr.Textbox
+    new_label: gr.Dropdown
+    keep: gr.Button
+    relabel: gr.Button
+    drop: gr.Button
+    undecide: gr.Button
+    all_relabel: gr.Button
+    all_drop: gr.Button
+    all_keep: gr.Button
+    decided: gr.Markdown
+
+
+def _build_decisions() -> _Decisions:
+    with gr.Row():
+        example = gr.Textbox(label="Example", interactive=False, elem_id="audit-example", scale=1)
+        new_label = gr.Dropdown([], label="Relabel as (empty: the suggestion)", allow_custom_value=False,
+                                elem_id="audit-new-label", scale=1)
+        keep = gr.Button("Keep", size="sm", elem_id="audit-keep")
+        relabel = gr.Button("Relabel", size="sm", elem_id="audit-relabel")
+        drop = gr.Button("Drop", size="sm", elem_id="audit-drop")
+        undecide = gr.Button("Undecide", size="sm")
+    with gr.Row():
+        all_relabel = gr.Button("Relabel all shown as suggested", size="sm", elem_id="audit-all-relabel")
+        all_drop = gr.Button("Drop all shown", size="sm", elem_id="audit-all-drop")
+        all_keep = gr.Button("Keep all shown", size="sm")
+    decided = gr.Markdown(elem_id="audit-decided")
+    return _Decisions(example, new_label, keep, relabel, drop, undecide, all_relabel, all_drop, all_keep, decided)
+
+
+@dataclasses.dataclass
+class _Save:
+    """Save the corrected copy, then train on it."""
+
+    name: gr.Textbox
+    button: gr.Button
+    saved: gr.Markdown
+    corrected_id: gr.Textbox
+    train_corrected: gr.Button
+
+
+def _build_save() -> _Save:
+    with gr.Row():
+        save_name = gr.Textbox(label="Name of the corrected dataset", placeholder="default: '<name> (corrected "
+                               "by audit N)'", scale=3)
+        save = gr.Button("Save as a new dataset", variant="primary", elem_id="audit-save", scale=1)
+    saved = gr.Markdown(elem_id="audit-saved")
+    with gr.Row():
+        corrected_id = gr.Textbox(visible=False)
+        train_corrected = gr.Button("Train on the corrected dataset", visible=False, variant="primary",
+                                    elem_id="audit-train-corrected")
+    return _Save(save_name, save, saved, corrected_id, train_corrected)
+
+
+class _Refresh(NamedTuple):
+    """``show`` with its inputs and outputs: what every event that changes the audit's view ends with."""
+
+    fn: Callable
+    inputs: list
+    outputs: list
+
+
+def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> AuditPanel:
     with gr.Accordion("Find suspicious labels", open=False, elem_id="audit-panel"):
         gr.Markdown(INTRO, elem_classes="wb-muted")
-        with gr.Row():
-            folds = gr.Slider(2, 10, value=5, step=1, label="Folds (one training run each)", elem_id="audit-folds")
-            model = gr.Dropdown(models, value=DEFAULT_MODEL, allow_custom_value=True, label="Model",
-                                elem_id="audit-model")
-            preset = gr.Radio(list(audits.PRESETS), value="quick", label="Preset of every fold run")
-        start = gr.Button("Find suspicious labels", variant="primary", elem_id="audit-start")
-        with gr.Row():
-            pick = gr.Dropdown([], label="Audit of this dataset", elem_id="audit-pick", scale=3)
-            cancel = gr.Button("Cancel audit", size="sm", scale=1)
-            retry = gr.Button("Retry stopped folds", size="sm", scale=1)
-        status = gr.HTML(status_html(None), elem_id="audit-status")
-        with gr.Row():
-            given = gr.Dropdown([ANY], value=ANY, label="Given label", elem_id="audit-given")
-            suggested = gr.Dropdown([ANY], value=ANY, label="Suggested label", elem_id="audit-suggested")
-            min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Confidence at least")
-            decision = gr.Radio(list(DECISION_FILTERS), value="all", label="Decision")
-        caption = gr.Markdown(elem_id="audit-caption")
-        table = gr.Dataframe(headers=ISSUE_HEADERS, interactive=False, wrap=True, max_height=420,
-                             elem_id="audit-issues",
-                             column_widths=["6%", "11%", "39%", "11%", "11%", "8%", "5%", "9%"])
-        with gr.Row():
-            example = gr.Textbox(label="Example", interactive=False, elem_id="audit-example", scale=1)
-            new_label = gr.Dropdown([], label="Relabel as (empty: the suggestion)", allow_custom_value=False,
-                                    elem_id="audit-new-label", scale=1)
-            keep = gr.Button("Keep", size="sm", elem_id="audit-keep")
-            relabel = gr.Button("Relabel", size="sm", elem_id="audit-relabel")
-            drop = gr.Button("Drop", size="sm", elem_id="audit-drop")
-            undecide = gr.Button("Undecide", size="sm")
-        with gr.Row():
-            all_relabel = gr.Button("Relabel all shown as suggested", size="sm", elem_id="audit-all-relabel")
-            all_drop = gr.Button("Drop all shown", size="sm", elem_id="audit-all-drop")
-            all_keep = gr.Button("Keep all shown", size="sm")
-        decided = gr.Markdown(elem_id="audit-decided")
-        with gr.Row():
-            save_name = gr.Textbox(label="Name of the corrected dataset", placeholder="default: '<name> (corrected "
-                                   "by audit N)'", scale=3)
-            save = gr.Button("Save as a new dataset", variant="primary", elem_id="audit-save", scale=1)
-        saved = gr.Markdown(elem_id="audit-saved")
-        with gr.Row():
-            corrected_id = gr.Textbox(visible=False)
-            train_corrected = gr.Button("Train on the corrected dataset", visible=False, variant="primary",
-                                        elem_id="audit-train-corrected")
+        start = _build_start()
+        review = _build_review()
+        decisions = _build_decisions()
+        saving = _build_save()
         timer = gr.Timer(POLL_SECONDS, active=False)
 
-    filter_inputs = [given, suggested, min_confidence, decision]
+    refresh = _Refresh(_shower(wb), [review.pick, *review.filters],
+                       [review.status, review.table, review.caption, review.given, review.suggested,
+                        decisions.new_label, timer])
+    _wire_review(wb, selected_dataset, start, review, refresh)
+    _wire_progress(wb, review, timer, refresh)
+    _wire_decisions(wb, review, decisions, refresh)
+    save_event = _wire_save(wb, review.pick, saving, datasets_table)
+    return AuditPanel(corrected_id=saving.corrected_id, train_corrected=saving.train_corrected,
+                      save_event=save_event)
 
-    def filters_of(g, s, c, d) -> Filters:
-        try:
-            confidence = float(c or 0.0)
-        except (TypeError, ValueError):
-            confidence = 0.0
-        return Filters(given=str(g or ANY), suggested=str(s or ANY), min_confidence=confidence,
-                       decision=d if d in DECISION_FILTERS else "all")
 
+def _filters_of(g, s, c, d) -> Filters:
+    """The filters as the browser sent them; anything unreadable is the filter's default."""
+    try:
+        confidence = float(c or 0.0)
+    except (TypeError, ValueError):
+        confidence = 0.0
+    return Filters(given=str(g or ANY), suggested=str(s or ANY), min_confidence=confidence,
+                   decision=d if d in DECISION_FILTERS else "all")
+
+
+def _shower(wb) -> Callable:
+    """The handler that shows an audit as the filters ask (its name makes the API's ``/show``)."""
     def show(audit_id, g, s, c, d):
         try:
-            status_, frame, caption_, labels = view(wb, audit_id, filters_of(g, s, c, d))
+            status_, frame, caption_, labels = view(wb, audit_id, _filters_of(g, s, c, d))
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
         running = audit_id is not None and "data-state='running'" in status_
         options = [ANY] + labels
         return (status_, frame, caption_, gr.update(choices=options), gr.update(choices=options),
                 gr.update(choices=[""] + labels), gr.Timer(active=running))
+    return show
 
-    show_outputs = [status, table, caption, given, suggested, new_label, timer]
 
+def _wire_review(wb, selected_dataset: gr.Textbox, start: _Start, review: _Review, refresh: _Refresh) -> None:
+    """A picked dataset offers its audits; picking one, or a filter, shows it; start queues a new audit."""
     def on_dataset(dataset_id):
         choices = audit_choices(wb, dataset_id)
         return gr.update(choices=choices, value=choices[0][1] if choices else None)
 
-    selected_dataset.change(on_dataset, [selected_dataset], [pick])
-    pick.change(show, [pick, *filter_inputs], show_outputs)
+    selected_dataset.change(on_dataset, [selected_dataset], [review.pick])
+    review.pick.change(*refresh)
     # .input, not .change: ``show`` refreshes the filters' choices, which must not set off another show.
-    for control in filter_inputs:
-        control.input(show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+    for control in review.filters:
+        control.input(*refresh, show_progress="hidden")
 
     def on_start(dataset_id, folds_, model_, preset_):
         if not (dataset_id or "").strip():
@@ -281,14 +381,17 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
         gr.Info(f"Audit {audit_id}: {folds_} fold runs queued.")
         return gr.update(choices=audit_choices(wb, dataset_id), value=audit_id)
 
-    start.click(on_start, [selected_dataset, folds, model, preset], [pick])
+    start.button.click(on_start, [selected_dataset, start.folds, start.model, start.preset], [review.pick])
 
+
+def _wire_progress(wb, review: _Review, timer: gr.Timer, refresh: _Refresh) -> None:
+    """While folds run the timer shows the audit again; cancel and retry act on its folds."""
     def on_tick(audit_id, g, s, c, d):
         if audit_id is None:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
-        return show(audit_id, g, s, c, d)
+        return refresh.fn(audit_id, g, s, c, d)
 
-    timer.tick(on_tick, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+    timer.tick(on_tick, refresh.inputs, refresh.outputs, show_progress="hidden")
 
     def folds_action(service_call, done: str):
         def handler(audit_id):
@@ -303,14 +406,17 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
     on_cancel = folds_action(audits.cancel_audit, "the folds still queued or running are cancelled.")
     on_retry = folds_action(audits.retry_audit, "the stopped folds are queued again.")
 
-    for button, fn in ((cancel, on_cancel), (retry, on_retry)):
-        button.click(fn, [pick], None).then(show, [pick, *filter_inputs], show_outputs)
+    for button, fn in ((review.cancel, on_cancel), (review.retry, on_retry)):
+        button.click(fn, [review.pick], None).then(*refresh)
 
+
+def _wire_decisions(wb, review: _Review, decisions: _Decisions, refresh: _Refresh) -> None:
+    """A row click picks its example; the buttons decide it, or every row the filters leave."""
     def on_row(evt: gr.SelectData, frame):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         return str(frame.iloc[row, 1]) if len(frame) else ""
 
-    table.select(on_row, [table], [example])
+    review.table.select(on_row, [review.table], [decisions.example])
 
     def one(action):
         def handler(audit_id, key, label):
@@ -321,20 +427,24 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
         def handler(audit_id, g, s, c, d):
             audit_id = audit_number(audit_id)
             try:
-                rows = filtered(audits.audit_issues(wb, audit_id), filters_of(g, s, c, d),
+                rows = filtered(audits.audit_issues(wb, audit_id), _filters_of(g, s, c, d),
                                 audits.get_audit(wb, audit_id)["task"])
             except WorkbenchError as exc:
                 raise gr.Error(str(exc))
             return decide(wb, audit_id, [r["example"] for r in rows], action)
         return handler
 
-    for button, action in ((keep, audits.KEEP), (relabel, audits.RELABEL), (drop, audits.DROP), (undecide, None)):
-        button.click(one(action), [pick, example, new_label], [decided]).then(
-            show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
-    for button, action in ((all_relabel, audits.RELABEL), (all_drop, audits.DROP), (all_keep, audits.KEEP)):
-        button.click(every_shown(action), [pick, *filter_inputs], [decided]).then(
-            show, [pick, *filter_inputs], show_outputs, show_progress="hidden")
+    for button, action in ((decisions.keep, audits.KEEP), (decisions.relabel, audits.RELABEL),
+                           (decisions.drop, audits.DROP), (decisions.undecide, None)):
+        button.click(one(action), [review.pick, decisions.example, decisions.new_label], [decisions.decided]).then(
+            *refresh, show_progress="hidden")
+    for button, action in ((decisions.all_relabel, audits.RELABEL), (decisions.all_drop, audits.DROP),
+                           (decisions.all_keep, audits.KEEP)):
+        button.click(every_shown(action), refresh.inputs, [decisions.decided]).then(*refresh, show_progress="hidden")
 
+
+def _wire_save(wb, pick: gr.Dropdown, saving: _Save, datasets_table: gr.Dataframe) -> Any:
+    """Save the corrected copy; returns the event (a new dataset exists afterwards)."""
     def on_save(audit_id, name):
         from workbench.ui import data_tab
 
@@ -350,5 +460,5 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
                    "validation examples. The original dataset is unchanged.")
         return message, result["id"], gr.update(visible=True), data_tab.dataset_rows(wb)
 
-    save_event = save.click(on_save, [pick, save_name], [saved, corrected_id, train_corrected, datasets_table])
-    return AuditPanel(corrected_id=corrected_id, train_corrected=train_corrected, save_event=save_event)
+    return saving.button.click(on_save, [pick, saving.name], [saving.saved, saving.corrected_id,
+                                                              saving.train_corrected, datasets_table])

@@ -214,7 +214,31 @@ class DataTab:
     audit: audit_panel.AuditPanel  # "Find suspicious labels"; its save is a third such event
 
 
-def build(wb) -> DataTab:
+@dataclasses.dataclass
+class _Source:
+    """The training file, its task, format and max length, the examples and the column mapping."""
+
+    task: gr.Dropdown
+    file_format: gr.Dropdown
+    max_length: gr.Slider
+    upload: gr.File
+    examples: dict[str, Path]
+    example_buttons: dict[str, gr.Button]
+    mapping_box: gr.Accordion
+    text_col: gr.Dropdown
+    pair_col: gr.Dropdown
+    label_col: gr.Dropdown
+    separator: gr.Textbox
+    recheck: gr.Button
+
+    @property
+    def inputs(self) -> list:
+        """What ``check_file`` reads, in its order (the file first)."""
+        return [self.upload, self.task, self.file_format, self.text_col, self.pair_col, self.label_col,
+                self.separator, self.max_length]
+
+
+def _build_source() -> _Source:
     gr.Markdown("Upload a labelled file. It is checked as soon as it arrives; nothing is stored until you "
                 "press **Import**.", elem_classes="wb-muted")
     with gr.Row():
@@ -240,6 +264,24 @@ def build(wb) -> DataTab:
                 label_col = gr.Dropdown([], label="Label column", allow_custom_value=True)
                 separator = gr.Textbox(label="Multi-label separator", placeholder="e.g. | (empty: one label)")
                 recheck = gr.Button("Check again with this mapping", size="sm")
+    return _Source(task, file_format, max_length, upload, examples, example_buttons, mapping_box, text_col,
+                   pair_col, label_col, separator, recheck)
+
+
+@dataclasses.dataclass
+class _Check:
+    """What the check of the training file shows: status, problems, preview, plots, sub-tokens."""
+
+    status: gr.Markdown
+    problems: gr.Dataframe
+    preview: gr.Dataframe
+    label_plot: gr.HTML
+    length_plot: gr.HTML
+    length_caption: gr.Markdown
+    subtokens: gr.Dataframe
+
+
+def _build_check() -> _Check:
     status = gr.Markdown(elem_id="data-status")
     problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Problems and warnings", interactive=False,
                             visible=False, wrap=True, elem_id="data-problems",
@@ -252,6 +294,25 @@ def build(wb) -> DataTab:
     length_caption = gr.Markdown()
     subtokens = gr.Dataframe(headers=SUBTOKEN_HEADERS, label="How sub-tokens get labels", visible=False,
                              interactive=False, elem_id="data-subtokens", max_height=300)
+    return _Check(status, problems, preview, label_plot, length_plot, length_caption, subtokens)
+
+
+@dataclasses.dataclass
+class _Import:
+    """The import accordion: the dataset's name, its validation file or split, and the import button."""
+
+    name: gr.Textbox
+    validation_file: gr.File
+    fraction: gr.Slider
+    seed: gr.Number
+    validation_status: gr.Markdown
+    validation_problems: gr.Dataframe
+    validation_preview: gr.Dataframe
+    button: gr.Button
+    status: gr.Markdown
+
+
+def _build_import() -> _Import:
     with gr.Accordion("Import: name and validation split", open=True):
         with gr.Row():
             name = gr.Textbox(label="Dataset name", placeholder="defaults to the file name")
@@ -267,6 +328,25 @@ def build(wb) -> DataTab:
                                           visible=False, max_height=240, elem_id="data-validation-preview")
         import_button = gr.Button("Import dataset", variant="primary", elem_id="data-import")
         import_status = gr.Markdown(elem_id="data-import-status")
+    return _Import(name, validation_file, fraction, seed, validation_status, validation_problems,
+                   validation_preview, import_button, import_status)
+
+
+@dataclasses.dataclass
+class _Stored:
+    """The stored datasets: the table, the picked one, train on it or delete it (after a confirmation)."""
+
+    selected: gr.Textbox
+    use: gr.Button
+    delete: gr.Button
+    confirm_row: gr.Row
+    confirm_text: gr.Markdown
+    confirm_delete: gr.Button
+    keep: gr.Button
+    table: gr.Dataframe
+
+
+def _build_stored() -> _Stored:
     gr.Markdown("### Stored datasets")
     with gr.Row():
         selected_dataset = gr.Textbox(label="Dataset ID", placeholder="click a row", scale=2,
@@ -278,64 +358,94 @@ def build(wb) -> DataTab:
         confirm_delete = gr.Button("Yes, delete the dataset", variant="stop", size="sm")
         keep_dataset = gr.Button("Keep the dataset", size="sm")
     datasets = gr.Dataframe(headers=DATASET_HEADERS, interactive=False, elem_id="data-datasets", max_height=300)
-    audit = audit_panel.build(wb, selected_dataset, datasets)
+    return _Stored(selected_dataset, use_dataset, delete_dataset, confirm_row, confirm_text, confirm_delete,
+                   keep_dataset, datasets)
 
-    check_inputs = [upload, task, file_format, text_col, pair_col, label_col, separator, max_length]
-    check_outputs = [status, problems, preview, label_plot, length_plot, length_caption, subtokens,
-                     text_col, pair_col, label_col]
 
-    def show(view: DataView, keep_mapping: bool):
-        choices = view.columns
-        mapping = view.mapping
+def build(wb) -> DataTab:
+    source = _build_source()
+    check = _build_check()
+    imports = _build_import()
+    stored = _build_stored()
+    audit = audit_panel.build(wb, stored.selected, stored.table)
 
-        def picker(key):
-            if keep_mapping or not choices:
-                return gr.update(choices=choices or None) if choices else gr.update()
-            return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
-        return (view.status, gr.update(value=view.problems, visible=bool(view.problems)),
-                gr.update(value=view.preview, visible=bool(len(view.preview))),
-                plots.bar_chart_svg(view.labels, "label", "count", label_chart_title(view), x_title="label",
-                                    empty="Upload a file to see its labels."),
-                plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
-                                    colour_by="part", x_title="tokens per example",
-                                    colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
-                                    empty="Token lengths appear here."),
-                view.lengths_caption,
-                gr.update(value=view.subtokens, visible=bool(view.subtokens),
-                          label=view.subtokens_title or "How sub-tokens get labels"),
-                picker("text"), picker("text_pair"), picker("label"))
+    check_outputs = [check.status, check.problems, check.preview, check.label_plot, check.length_plot,
+                     check.length_caption, check.subtokens, source.text_col, source.pair_col, source.label_col]
+    _wire_check(wb, source, check_outputs)
+    _wire_validation(wb, source, imports)
+    import_event = _wire_import(wb, source, imports, stored.table)
+    delete_event = _wire_stored(wb, stored)
+    return DataTab(datasets=stored.table, use_dataset=stored.use, selected_dataset=stored.selected,
+                   task=source.task, import_event=import_event, delete_event=delete_event, audit=audit)
+
+
+def _check_values(view: DataView, keep_mapping: bool) -> tuple:
+    """What the check's outputs show for ``view``; ``keep_mapping`` keeps the pickers' values (a recheck)."""
+    choices = view.columns
+    mapping = view.mapping
+
+    def picker(key):
+        if keep_mapping or not choices:
+            return gr.update(choices=choices or None) if choices else gr.update()
+        return gr.update(choices=[""] + choices, value=mapping.get(key) or "")
+    return (view.status, gr.update(value=view.problems, visible=bool(view.problems)),
+            gr.update(value=view.preview, visible=bool(len(view.preview))),
+            plots.bar_chart_svg(view.labels, "label", "count", label_chart_title(view), x_title="label",
+                                empty="Upload a file to see its labels."),
+            plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
+                                colour_by="part", x_title="tokens per example",
+                                colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
+                                empty="Token lengths appear here."),
+            view.lengths_caption,
+            gr.update(value=view.subtokens, visible=bool(view.subtokens),
+                      label=view.subtokens_title or "How sub-tokens get labels"),
+            picker("text"), picker("text_pair"), picker("label"))
+
+
+def _wire_check(wb, source: _Source, check_outputs: list) -> None:
+    """Upload, clear, recheck, a new max length and the example buttons all check the training file."""
+    check_inputs = source.inputs
 
     # Paths from the browser are checked at this edge (received_file); examples are ours and are not.
     def on_upload(path, task_, fmt_, _t, _p, _l, _s, length):
-        return show(check_file(wb, received_file(path), task_, fmt_, max_length=length), keep_mapping=False)
+        return _check_values(check_file(wb, received_file(path), task_, fmt_, max_length=length), keep_mapping=False)
 
     def on_recheck(path, task_, fmt_, t, p, l, s, length):
-        return show(check_file(wb, received_file(path), task_, fmt_, t, p, l, s, length), keep_mapping=True)
+        return _check_values(check_file(wb, received_file(path), task_, fmt_, t, p, l, s, length), keep_mapping=True)
 
     # QA contexts are long: its default window is 384 tokens, the other tasks' 128 (as in the engine).
-    task.change(lambda t: (384 if t == "question-answering" else 128, gr.update(visible=t == "text-classification")),
-                [task], [max_length, mapping_box])
-    upload.upload(on_upload, check_inputs, check_outputs)
-    upload.clear(on_upload, check_inputs, check_outputs)
-    recheck.click(on_recheck, check_inputs, check_outputs)
-    max_length.release(on_recheck, check_inputs, check_outputs)
-    for example_task, button in example_buttons.items():
+    source.task.change(lambda t: (384 if t == "question-answering" else 128,
+                                  gr.update(visible=t == "text-classification")),
+                       [source.task], [source.max_length, source.mapping_box])
+    source.upload.upload(on_upload, check_inputs, check_outputs)
+    source.upload.clear(on_upload, check_inputs, check_outputs)
+    source.recheck.click(on_recheck, check_inputs, check_outputs)
+    source.max_length.release(on_recheck, check_inputs, check_outputs)
+    examples = source.examples
+    for example_task, button in source.example_buttons.items():
         def load_example(_fmt, length, _task=example_task):
             path = str(examples[_task])
-            return (path, _task, *show(check_file(wb, path, _task, AUTO, max_length=length), keep_mapping=False))
-        button.click(load_example, [file_format, max_length], [upload, task, *check_outputs])
+            return (path, _task, *_check_values(check_file(wb, path, _task, AUTO, max_length=length),
+                                                keep_mapping=False))
+        button.click(load_example, [source.file_format, source.max_length], [source.upload, source.task,
+                                                                             *check_outputs])
 
+
+def _wire_validation(wb, source: _Source, imports: _Import) -> None:
+    """The validation file gets the training file's check (same function, same mapping) and a preview."""
     def on_validation(path, task_, fmt_, t, p, l, s, length):
-        """The validation file gets the training file's check (same function, same mapping) and a preview."""
         path = received_file(path, "validation file")
         status, rows, head = validation_view(check_file(wb, path, task_, fmt_, t, p, l, s, length), path)
         return (status, gr.update(value=rows, visible=bool(rows)), gr.update(value=head, visible=bool(len(head))))
 
-    validation_inputs = [validation_file, *check_inputs[1:]]
-    validation_outputs = [validation_status, validation_problems, validation_preview]
-    validation_file.upload(on_validation, validation_inputs, validation_outputs)
-    validation_file.clear(on_validation, validation_inputs, validation_outputs)
+    validation_inputs = [imports.validation_file, *source.inputs[1:]]
+    validation_outputs = [imports.validation_status, imports.validation_problems, imports.validation_preview]
+    imports.validation_file.upload(on_validation, validation_inputs, validation_outputs)
+    imports.validation_file.clear(on_validation, validation_inputs, validation_outputs)
 
+
+def _wire_import(wb, source: _Source, imports: _Import, datasets: gr.Dataframe) -> Any:
+    """The import button; returns its event (the stored datasets change after it)."""
     def on_import(path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_):
         """Import; a refusal is shown in the import status with its problems, the stored table stays as it is."""
         path = received_file(path, "training file")
@@ -355,15 +465,19 @@ def build(wb) -> DataTab:
             return f"✘ Nothing was imported: fix these problems and import again.\n\n{detail}", gr.skip()
         return f"✘ Nothing was imported: {fmt.ui_message(message)}", gr.skip()
 
-    import_event = import_button.click(on_import, [upload, task, file_format, text_col, pair_col, label_col,
-                                                   separator, name, validation_file, fraction, seed],
-                                       [import_status, datasets])
+    return imports.button.click(on_import, [source.upload, source.task, source.file_format, source.text_col,
+                                            source.pair_col, source.label_col, source.separator, imports.name,
+                                            imports.validation_file, imports.fraction, imports.seed],
+                                [imports.status, datasets])
 
+
+def _wire_stored(wb, stored: _Stored) -> Any:
+    """Pick a stored dataset by its row; delete it after a confirmation. Returns the delete event."""
     def on_pick(evt: gr.SelectData, rows):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         return str(rows.iloc[row, 0]) if len(rows) else ""
 
-    datasets.select(on_pick, [datasets], [selected_dataset])
+    stored.table.select(on_pick, [stored.table], [stored.selected])
 
     def on_ask(dataset_id):
         if not (dataset_id or "").strip():
@@ -380,11 +494,10 @@ def build(wb) -> DataTab:
         gr.Info(f"Dataset {dataset_id} deleted; runs that used it keep their results.")
         return gr.update(visible=False), "", dataset_rows(wb)
 
-    delete_dataset.click(on_ask, [selected_dataset], [confirm_row, confirm_text])
-    keep_dataset.click(lambda: gr.update(visible=False), None, [confirm_row])
-    delete_event = confirm_delete.click(on_delete, [selected_dataset], [confirm_row, selected_dataset, datasets])
-    return DataTab(datasets=datasets, use_dataset=use_dataset, selected_dataset=selected_dataset, task=task,
-                   import_event=import_event, delete_event=delete_event, audit=audit)
+    stored.delete.click(on_ask, [stored.selected], [stored.confirm_row, stored.confirm_text])
+    stored.keep.click(lambda: gr.update(visible=False), None, [stored.confirm_row])
+    return stored.confirm_delete.click(on_delete, [stored.selected], [stored.confirm_row, stored.selected,
+                                                                      stored.table])
 
 
 def label_chart_title(view: DataView) -> str:

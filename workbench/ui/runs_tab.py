@@ -343,7 +343,23 @@ class RunsTab:
     run_buttons: list  # disabled until a run is selected
 
 
-def build(wb) -> RunsTab:
+@dataclasses.dataclass
+class _Listing:
+    """The filters, the caption and the paged runs table."""
+
+    status: gr.Dropdown
+    search: gr.Textbox
+    sort: gr.Dropdown
+    page: gr.Number
+    caption: gr.Markdown
+    table: gr.Dataframe
+
+    @property
+    def inputs(self) -> list:
+        return [self.status, self.search, self.sort, self.page]
+
+
+def _build_listing() -> _Listing:
     with gr.Row():
         status_filter = gr.Dropdown(list(STATUS_FILTERS), value=ALL, label="Status", min_width=120)
         search = gr.Textbox(label="Search name, model or dataset", placeholder="e.g. sms", scale=2)
@@ -352,7 +368,35 @@ def build(wb) -> RunsTab:
         caption = gr.Markdown(elem_id="runs-caption")
     table = gr.Dataframe(headers=fmt.RUN_TABLE_HEADERS, interactive=False, elem_id="runs-table", max_height=420,
                          column_widths=["6%", "16%", "11%", "15%", "7%", "13%", "13%", "11%", "10%"])
-    playgrounds = _playground_service()
+    return _Listing(status_filter, search, sort, page, caption, table)
+
+
+@dataclasses.dataclass
+class _Actions:
+    """The selected run, the buttons that act on it, the delete confirmation and the actions' results."""
+
+    run_id: gr.Number
+    cancel: gr.Button
+    retry: gr.Button
+    clone: gr.Button
+    extra_epochs: gr.Number
+    continue_button: gr.Button
+    delete: gr.Button
+    download: gr.Button
+    publish: gr.Button
+    confirm_row: gr.Row
+    confirm_text: gr.Markdown
+    confirm_delete: gr.Button
+    keep: gr.Button
+    status: gr.Markdown
+    zip_file: gr.File
+
+    @property
+    def buttons(self) -> list:
+        return [self.cancel, self.retry, self.clone, self.continue_button, self.delete, self.download, self.publish]
+
+
+def _build_actions(can_publish: bool) -> _Actions:
     with gr.Row():
         run_id = gr.Number(None, label="Selected run (click a row)", precision=0, elem_id="runs-selected",
                            min_width=120)
@@ -364,7 +408,7 @@ def build(wb) -> RunsTab:
         continue_button = gr.Button("Continue training", size="sm", interactive=False)
         delete = gr.Button("Delete…", size="sm", variant="stop", interactive=False)
         download = gr.Button("Download model (.zip)", size="sm", interactive=False)
-        publish = gr.Button("Publish playground…", size="sm", variant="primary", visible=playgrounds is not None,
+        publish = gr.Button("Publish playground…", size="sm", variant="primary", visible=can_publish,
                             interactive=False, elem_id="runs-publish")
     with gr.Row(visible=False) as confirm_row:
         confirm_text = gr.Markdown()
@@ -372,6 +416,80 @@ def build(wb) -> RunsTab:
         keep = gr.Button("Keep it", size="sm")
     action_status = gr.Markdown(elem_id="runs-action-status")
     zip_file = gr.File(label="Model archive", visible=False)
+    return _Actions(run_id, cancel, retry, clone, extra_epochs, continue_button, delete, download, publish,
+                    confirm_row, confirm_text, confirm_delete, keep, action_status, zip_file)
+
+
+@dataclasses.dataclass
+class _Share:
+    """The Share tab: publish and unpublish playgrounds, push to the Hub."""
+
+    token: gr.Checkbox
+    publish: gr.Button
+    status: gr.Markdown
+    listing: gr.Dataframe
+    slug: gr.Dropdown
+    unpublish: gr.Button
+    hub_repo: gr.Textbox
+    hub_token: gr.Textbox
+    hub_private: gr.Checkbox
+    hub_push: gr.Button
+    hub_status: gr.Markdown
+
+
+def _build_share() -> _Share:
+    with gr.Tab("Share", id="share", elem_id="run-share"):
+        gr.Markdown("A playground is a page and an API for this run's model that colleagues open from a "
+                    "link; it never opens the workbench. Only succeeded runs can be published.",
+                    elem_classes="wb-muted")
+        with gr.Row():
+            share_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
+                                      elem_id="share-token")
+            share_publish = gr.Button("Publish a new playground", variant="primary", interactive=False,
+                                      elem_id="share-publish")
+        share_status = gr.Markdown(elem_id="share-status")
+        share_list = gr.Dataframe(headers=SHARE_HEADERS, datatype=["str", "markdown", "str", "str"],
+                                  interactive=False, label="This run's playgrounds", elem_id="share-list")
+        with gr.Row():
+            share_slug = gr.Dropdown([], label="Playground to unpublish", elem_id="share-slug", scale=3)
+            share_unpublish = gr.Button("Unpublish", variant="stop", size="sm", interactive=False,
+                                        elem_id="share-unpublish", scale=1)
+        gr.Markdown("**Push to the Hugging Face Hub** — needs internet; offline, download the zip instead.")
+        with gr.Row():
+            hub_repo = gr.Textbox(label="Repository", placeholder="user-or-org/model-name", scale=2,
+                                  elem_id="hub-repo")
+            hub_token = gr.Textbox(label="Hub token (not stored)", type="password", scale=2)
+            hub_private = gr.Checkbox(True, label="Private repository")
+            hub_push = gr.Button("Push to the Hub", size="sm", interactive=False, elem_id="hub-push")
+        hub_status = gr.Markdown(elem_id="hub-status")
+    return _Share(share_token, share_publish, share_status, share_list, share_slug, share_unpublish, hub_repo,
+                  hub_token, hub_private, hub_push, hub_status)
+
+
+@dataclasses.dataclass
+class _Details:
+    """The selected run's header and its tabs (curves, log, metrics, errors, spec and, if it can, share)."""
+
+    header: gr.HTML
+    tabs: gr.Tabs
+    loss_plot: gr.HTML
+    metric_plot: gr.HTML
+    log_box: gr.Code
+    final_metrics: gr.Dataframe
+    per_class: gr.Dataframe
+    confusion: gr.HTML
+    errors: gr.Dataframe
+    spec: gr.Code
+    share: Optional[_Share]
+
+    @property
+    def outputs(self) -> list:
+        """In ``detail_values`` order (``DETAIL_OUTPUTS`` of them)."""
+        return [self.header, self.loss_plot, self.metric_plot, self.log_box, self.final_metrics, self.per_class,
+                self.confusion, self.errors, self.spec]
+
+
+def _build_details(can_publish: bool) -> _Details:
     header = gr.HTML(EMPTY_STATE, elem_id="run-header")
     with gr.Tabs(selected="curves") as detail_tabs:
         with gr.Tab("Curves", id="curves"):
@@ -397,57 +515,59 @@ def build(wb) -> RunsTab:
                                   elem_id="run-errors", column_widths=["14%", "14%", "7%", "15%", "50%"])
         with gr.Tab("Spec", id="spec"):
             spec = gr.Code(language="json", interactive=False)
-        if playgrounds is not None:
-            with gr.Tab("Share", id="share", elem_id="run-share"):
-                gr.Markdown("A playground is a page and an API for this run's model that colleagues open from a "
-                            "link; it never opens the workbench. Only succeeded runs can be published.",
-                            elem_classes="wb-muted")
-                with gr.Row():
-                    share_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
-                                              elem_id="share-token")
-                    share_publish = gr.Button("Publish a new playground", variant="primary", interactive=False,
-                                              elem_id="share-publish")
-                share_status = gr.Markdown(elem_id="share-status")
-                share_list = gr.Dataframe(headers=SHARE_HEADERS, datatype=["str", "markdown", "str", "str"],
-                                          interactive=False, label="This run's playgrounds", elem_id="share-list")
-                with gr.Row():
-                    share_slug = gr.Dropdown([], label="Playground to unpublish", elem_id="share-slug", scale=3)
-                    share_unpublish = gr.Button("Unpublish", variant="stop", size="sm", interactive=False,
-                                                elem_id="share-unpublish", scale=1)
-                gr.Markdown("**Push to the Hugging Face Hub** — needs internet; offline, download the zip instead.")
-                with gr.Row():
-                    hub_repo = gr.Textbox(label="Repository", placeholder="user-or-org/model-name", scale=2,
-                                          elem_id="hub-repo")
-                    hub_token = gr.Textbox(label="Hub token (not stored)", type="password", scale=2)
-                    hub_private = gr.Checkbox(True, label="Private repository")
-                    hub_push = gr.Button("Push to the Hub", size="sm", interactive=False, elem_id="hub-push")
-                hub_status = gr.Markdown(elem_id="hub-status")
+        share = _build_share() if can_publish else None
+    return _Details(header, detail_tabs, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion,
+                    errors, spec, share)
+
+
+def build(wb) -> RunsTab:
+    listing = _build_listing()
+    can_publish = _playground_service() is not None
+    actions = _build_actions(can_publish)
+    details = _build_details(can_publish)
     shown_key = gr.State("")
     timer = gr.Timer(POLL_SECONDS)
 
-    detail_outputs = [header, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion, errors, spec]
-    run_buttons = [cancel, retry, clone, continue_button, delete, download, publish]
-    if playgrounds is not None:
-        run_buttons += [share_publish, hub_push]
+    run_buttons = actions.buttons
+    if details.share is not None:
+        run_buttons += [details.share.publish, details.share.hub_push]
+    _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
+    _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
+    _wire_actions(wb, actions)
+    if details.share is not None:
+        _wire_share(wb, actions, details.tabs, details.share)
 
-    def detail(rid, last_key):
-        return detail_values(wb, rid, last_key)
+    def on_load(status_, search_, sort_, page_, rid):
+        return tick_values(wb, status_, search_, sort_, page_, rid, "")
 
+    return RunsTab(run_id=actions.run_id, table=listing.table, clone=actions.clone,
+                   load_outputs=[listing.table, listing.caption, *details.outputs, shown_key],
+                   on_load=(on_load, [*listing.inputs, actions.run_id]), run_buttons=run_buttons)
+
+
+def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list, shown_key: gr.State,
+                  timer: gr.Timer) -> None:
+    """Each tick reads the page and the selected run again; a filter reads the page; a row click selects its run."""
     def tick(status_, search_, sort_, page_, rid, last_key):
         return tick_values(wb, status_, search_, sort_, page_, rid, last_key)
 
-    table_inputs = [status_filter, search, sort, page]
-    tick_outputs = [table, caption, *detail_outputs, shown_key]
-    timer.tick(tick, [*table_inputs, run_id, shown_key], tick_outputs, show_progress="hidden", queue=False)
-    for control in table_inputs:
-        control.change(lambda *a: list_page(wb, *a), table_inputs, [table, caption], show_progress="hidden")
+    tick_outputs = [listing.table, listing.caption, *detail_outputs, shown_key]
+    timer.tick(tick, [*listing.inputs, run_id, shown_key], tick_outputs, show_progress="hidden", queue=False)
+    for control in listing.inputs:
+        control.change(lambda *a: list_page(wb, *a), listing.inputs, [listing.table, listing.caption],
+                       show_progress="hidden")
 
     def on_row(evt: gr.SelectData, rows):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         return int(rows.iloc[row, 0])
 
-    table.select(on_row, [table], [run_id])
-    run_id.change(lambda rid: detail(rid, ""), [run_id], [*detail_outputs, shown_key], show_progress="hidden")
+    listing.table.select(on_row, [listing.table], [run_id])
+
+
+def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.State, run_buttons: list) -> None:
+    """A new selection shows its details at once and enables the buttons that need a run."""
+    run_id.change(lambda rid: detail_values(wb, rid, ""), [run_id], [*detail_outputs, shown_key],
+                  show_progress="hidden")
 
     def on_selection(rid):
         chosen = selected_run(rid) is not None
@@ -455,80 +575,86 @@ def build(wb) -> RunsTab:
 
     run_id.change(on_selection, [run_id], run_buttons, show_progress="hidden")
 
-    def act(action, rid, *args):
-        rid = selected_run(rid)
-        if rid is None:
-            raise gr.Error("Pick a run first (click its row in the table).")
-        try:
-            return action(rid, *args)
-        except WorkbenchError as exc:
-            raise gr.Error(str(exc))
 
-    cancel.click(lambda rid: act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1],
-                                 rid), [run_id], [action_status])
-    retry.click(lambda rid: act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid),
-                [run_id], [action_status])
+def _act(action, rid, *args):
+    """``action(run_id, *args)`` on the selected run; no selection and refusals become a ``gr.Error``."""
+    rid = selected_run(rid)
+    if rid is None:
+        raise gr.Error("Pick a run first (click its row in the table).")
+    try:
+        return action(rid, *args)
+    except WorkbenchError as exc:
+        raise gr.Error(str(exc))
+
+
+def _wire_actions(wb, actions: _Actions) -> None:
+    """Cancel, retry, continue, delete (after a confirmation) and download the selected run."""
+    run_id, status = actions.run_id, actions.status
+    actions.cancel.click(
+        lambda rid: _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid),
+        [run_id], [status])
+    actions.retry.click(
+        lambda rid: _act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid),
+        [run_id], [status])
 
     def on_continue(rid, epochs):
-        new_id = act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
+        new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
-    continue_button.click(on_continue, [run_id, extra_epochs], [action_status, run_id])
-    delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
-                              f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
-                 [run_id], [confirm_row, confirm_text])
-    keep.click(lambda: gr.update(visible=False), None, [confirm_row])
+    actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
+    actions.delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
+                                      f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
+                         [run_id], [actions.confirm_row, actions.confirm_text])
+    actions.keep.click(lambda: gr.update(visible=False), None, [actions.confirm_row])
 
     def on_delete(rid):
-        act(lambda r: runs_service.delete_run(wb, r), rid)
+        _act(lambda r: runs_service.delete_run(wb, r), rid)
         return gr.update(visible=False), f"Run #{rid} deleted.", None
 
-    confirm_delete.click(on_delete, [run_id], [confirm_row, action_status, run_id])
+    actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
 
     def on_download(rid):
-        path = act(lambda r: _export_zip(wb, r), rid)
+        path = _act(lambda r: _export_zip(wb, r), rid)
         return gr.update(value=str(path), visible=True)
 
-    download.click(on_download, [run_id], [zip_file])
+    actions.download.click(on_download, [run_id], [actions.zip_file])
 
-    if playgrounds is not None:
-        def share_values(rid, message=None):
-            rows = playground_rows(wb, rid)
-            slugs = [row[0] for row in rows]
-            return (gr.skip() if message is None else message, rows,
-                    gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)))
 
-        share_outputs = [share_status, share_list, share_slug, share_unpublish]
-        def before_publishing(rid):
-            """Said in the Share tab before anyone publishes a run that did not beat its baselines."""
-            chosen = selected_run(rid)
-            warning = runs_service.learned_warning(wb, chosen) if chosen is not None else ""
-            return f"⚠ Before you publish: this run {warning}" if warning else ""
+def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> None:
+    """The Share tab follows the selected run; publish, unpublish and push answer in it."""
+    run_id = actions.run_id
 
-        run_id.change(lambda rid: share_values(rid, inline(before_publishing, rid)), [run_id], share_outputs,
-                      show_progress="hidden")
-        # The action row's button opens the Share tab, where the token option and the list are.
-        publish.click(lambda: gr.Tabs(selected="share"), None, [detail_tabs])
+    def share_values(rid, message=None):
+        rows = playground_rows(wb, rid)
+        slugs = [row[0] for row in rows]
+        return (gr.skip() if message is None else message, rows,
+                gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)))
 
-        def on_publish(rid, with_token):
-            return share_values(rid, inline(publish_playground, wb, rid, with_token))
+    share_outputs = [share.status, share.listing, share.slug, share.unpublish]
 
-        def on_unpublish(rid, slug):
-            return share_values(rid, inline(unpublish_playground, wb, slug))
+    def before_publishing(rid):
+        """Said in the Share tab before anyone publishes a run that did not beat its baselines."""
+        chosen = selected_run(rid)
+        warning = runs_service.learned_warning(wb, chosen) if chosen is not None else ""
+        return f"⚠ Before you publish: this run {warning}" if warning else ""
 
-        def on_push(rid, repo, token, private):
-            return inline(push_model, wb, rid, repo, token, private)
+    run_id.change(lambda rid: share_values(rid, inline(before_publishing, rid)), [run_id], share_outputs,
+                  show_progress="hidden")
+    # The action row's button opens the Share tab, where the token option and the list are.
+    actions.publish.click(lambda: gr.Tabs(selected="share"), None, [detail_tabs])
 
-        share_publish.click(on_publish, [run_id, share_token], share_outputs)
-        share_unpublish.click(on_unpublish, [run_id, share_slug], share_outputs)
-        hub_push.click(on_push, [run_id, hub_repo, hub_token, hub_private], [hub_status])
+    def on_publish(rid, with_token):
+        return share_values(rid, inline(publish_playground, wb, rid, with_token))
 
-    def on_load(status_, search_, sort_, page_, rid):
-        return tick_values(wb, status_, search_, sort_, page_, rid, "")
+    def on_unpublish(rid, slug):
+        return share_values(rid, inline(unpublish_playground, wb, slug))
 
-    return RunsTab(run_id=run_id, table=table, clone=clone,
-                   load_outputs=[table, caption, *detail_outputs, shown_key],
-                   on_load=(on_load, [*table_inputs, run_id]), run_buttons=run_buttons)
+    def on_push(rid, repo, token, private):
+        return inline(push_model, wb, rid, repo, token, private)
+
+    share.publish.click(on_publish, [run_id, share.token], share_outputs)
+    share.unpublish.click(on_unpublish, [run_id, share.slug], share_outputs)
+    share.hub_push.click(on_push, [run_id, share.hub_repo, share.hub_token, share.hub_private], [share.hub_status])
 
 
 def _export_zip(wb, run_id: int) -> Path:
