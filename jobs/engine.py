@@ -189,8 +189,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     from jobs import catalogue, lora
     from jobs.hyperparameters import resolve_hyperparameters
     from jobs.tasks import task_module
-    from jobs.training import (NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device, steps_per_epoch,
-                               training_arguments, world_size)
+    from jobs.training import (MetricThenLoss, NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device,
+                               steps_per_epoch, training_arguments, world_size)
 
     setup_started = time.perf_counter()
     report_phase(reporter, PREPARING)
@@ -243,6 +243,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
                               prepared.label_names or ["labels"])
     callback = ReporterCallback(reporter)
     callbacks = [callback]
+    if selected_by != "loss":
+        callbacks.append(MetricThenLoss(selected_by, greater))  # before early stopping, which reads its key
     if hp["early_stopping_patience"]:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=hp["early_stopping_patience"]))
     loss_func = None

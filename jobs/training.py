@@ -196,6 +196,28 @@ class ReporterCallback(TrainerCallback):
         return control
 
 
+SELECTION_KEY = "selection"  # the evaluation key checkpoints are ranked by when the task metric ranks them
+_LOSS_TIE_WEIGHT = 1e-6  # far below one example's share of any metric on a split worth ranking by it
+
+
+class MetricThenLoss(TrainerCallback):
+    """Ranks checkpoints by the task metric, ties broken by the lower validation loss.
+
+    The Trainer keeps the first of equal scores: on a few hundred validation examples accuracy often
+    ties, and the first checkpoint of a tie is the earliest and least sure. This callback adds
+    ``eval_selection`` (the metric, nudged by a millionth of the loss) before the Trainer and early
+    stopping read it; it must come before ``EarlyStoppingCallback`` in the callback list.
+    """
+
+    def __init__(self, main_metric: str, greater_is_better: bool):
+        self.key, self.sign = f"eval_{main_metric}", (1.0 if greater_is_better else -1.0)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics is not None and self.key in metrics:
+            metrics[f"eval_{SELECTION_KEY}"] = (self.sign * metrics[self.key]
+                                                - _LOSS_TIE_WEIGHT * metrics.get("eval_loss", 0.0))
+
+
 def world_size() -> int:
     """Training processes of this run (torchrun / accelerate launch set WORLD_SIZE in each)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -279,8 +301,9 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         save_steps=eval_steps,
         save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
         load_best_model_at_end=selecting,
-        metric_for_best_model=main_metric if selecting else None,
-        greater_is_better=greater_is_better if selecting else None,
+        # "loss" ranks by itself; any task metric through MetricThenLoss's key, where higher is better
+        metric_for_best_model=(main_metric if main_metric == "loss" else SELECTION_KEY) if selecting else None,
+        greater_is_better=(main_metric != "loss") if selecting else None,
         logging_strategy="steps",
         logging_steps=max(1, min(25, total // 20)),
         seed=hp["seed"],
