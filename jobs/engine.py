@@ -15,8 +15,9 @@ import logging
 import math
 import resource
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
                            report_phase)
@@ -182,18 +183,87 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, init_model_path: Optional[str]) -> dict:
-    import torch
-    from transformers import AutoConfig, EarlyStoppingCallback, set_seed
+@dataclass
+class _Data:
+    """What a run trains on: the records, the model it starts from and the resolved hyper-parameters."""
+    info: Any  # the catalogue entry of the model to start from
+    path: str  # where its weights load from
+    module: Any  # the task's module (jobs.tasks)
+    train: list[dict]
+    validation: list[dict]
+    available: int  # training records before the max_train_examples sample
+    method: str  # "finetune" or "setfit"
+    hp: dict
 
-    from jobs import catalogue, lora
-    from jobs.hyperparameters import resolve_hyperparameters
-    from jobs.tasks import task_module
-    from jobs.training import (MetricThenLoss, NonFiniteLoss, ReporterCallback, WorkbenchTrainer, pick_device,
-                               steps_per_epoch, training_arguments, world_size)
+
+@dataclass
+class _Built:
+    """The model ready to train, with its tokenizer and the task's prepared datasets."""
+    tokenizer: Any
+    prepared: Any
+    model: Any
+    attention: Any  # jobs.attention.AttentionPath
+    trainable: int
+    total_params: int
+
+
+@dataclass
+class _Fitted:
+    """What ``trainer.train()`` returned and how long it took."""
+    result: Any  # the Trainer's TrainOutput
+    started: float  # perf_counter() when training began: the setup ends there
+    train_seconds: float
+    samples_per_second: float  # of the optimisation alone
+
+
+@dataclass
+class _Evaluated:
+    """The final evaluation on the validation split, and the held-out predictions when the spec asks."""
+    evaluation: Any
+    heldout: Optional[dict]
+    started: float  # perf_counter() when the final evaluation began
+    seconds: float  # the evaluation alone, held-out prediction excluded
+
+
+def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, init_model_path: Optional[str]) -> dict:
+    """One run, step by step: data, model, trainer, training, evaluation, outputs."""
+    from jobs.training import pick_device, world_size
 
     setup_started = time.perf_counter()
     report_phase(reporter, PREPARING)
+    data = _load_data(spec, init_model_path)
+    if data.method == "setfit":
+        return _train_setfit(spec, output_dir, reporter, device, data, setup_started)
+    device = pick_device(device)
+    built = _build_model(spec, data, device)
+    checkpoints = output_dir / "checkpoints"
+    trainer, callback = _build_trainer(built, data.hp, device, checkpoints, reporter)
+    resume = last_complete_checkpoint(checkpoints)
+    processes = world_size()
+    facts = _run_facts(data, built, device, processes, resume)
+    reporter.info(facts)
+    log.info("run starts: %s", json.dumps(facts, default=str))
+    fitted = _fit(trainer, callback, built.prepared, data.hp, device, resume, processes, checkpoints)
+
+    # Every rank evaluates (predict() is sharded over the processes and gathered) ...
+    evaluated = _evaluate(spec, data.module, trainer, built.prepared, reporter)
+    if _rank() != 0:
+        # ... but only rank 0 writes the model and the outputs; the others hold the same weights
+        log.info("rank %d of %d: done; rank 0 writes the model and the metrics", _rank(), processes)
+        return dict(evaluated.evaluation.metrics)
+    report_phase(reporter, SAVING_MODEL)
+    log.info("saving the model to %s", output_dir / "model")
+    _export(trainer.model, built.tokenizer, output_dir, spec.lora.enabled)
+    metrics = _run_metrics(data, built, trainer, fitted, evaluated, device, processes, setup_started)
+    return _write_run(spec, output_dir, reporter, data, trainer, evaluated, metrics, setup_started)
+
+
+def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
+    """Read the records, split off validation when none was given, choose the method and the hyper-parameters."""
+    from jobs import catalogue
+    from jobs.hyperparameters import resolve_hyperparameters
+    from jobs.tasks import task_module
+
     if init_model_path and not Path(init_model_path).is_dir():
         raise TrainingError(f"the model to start from is missing: {init_model_path}",
                             "the earlier run's model folder was deleted; run it again")
@@ -214,29 +284,50 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     train = subsample(train, hp["max_train_examples"], hp["seed"])
     if len(train) < available:
         log.info("training on a seeded sample of %d of %d examples (max_train_examples)", len(train), available)
-    if method == "setfit":
-        from jobs.setfit_method import train_setfit
-
-        facts = {"device": pick_device(device), "processes": 1, "model": info.name, "model_path": path,
-                 "train_examples": len(train), "train_examples_available": available,
-                 "validation_examples": len(validation), "hyperparameters": hp, "resumed_from": None}
-        return train_setfit(spec, output_dir, reporter, hp, path, train, validation, facts, setup_started)
-    if spec.task == "question-answering":
+    if spec.task == "question-answering":  # never a SetFit run: only text classification is
         hp["doc_stride"] = min(hp["doc_stride"], hp["max_length"] // 3)  # the overlap must leave room to advance
-    device = pick_device(device)
-    set_seed(hp["seed"])
+    return _Data(info, path, module, train, validation, available, method, hp)
 
-    config = AutoConfig.from_pretrained(path)
-    tokenizer = _load_tokenizer(path, config, spec.task)
-    prepared = module.prepare(train, validation, tokenizer, config, hp)
-    model = module.build_model(path, prepared, config)
-    attention = _attention_path(model, config, spec.task, device, hp["precision"], prepared)
+
+def _train_setfit(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, data: _Data,
+                  setup_started: float) -> dict:
+    """Hand the run to ``jobs.setfit_method`` with the facts a Trainer run reports."""
+    from jobs.setfit_method import train_setfit
+    from jobs.training import pick_device
+
+    facts = {"device": pick_device(device), "processes": 1, "model": data.info.name, "model_path": data.path,
+             "train_examples": len(data.train), "train_examples_available": data.available,
+             "validation_examples": len(data.validation), "hyperparameters": data.hp, "resumed_from": None}
+    return train_setfit(spec, output_dir, reporter, data.hp, data.path, data.train, data.validation, facts,
+                        setup_started)
+
+
+def _build_model(spec: RunSpec, data: _Data, device: str) -> _Built:
+    """The tokenizer, the task's prepared datasets and the model, with its attention path and LoRA adapters."""
+    from transformers import AutoConfig, set_seed
+
+    from jobs import lora
+
+    set_seed(data.hp["seed"])
+    config = AutoConfig.from_pretrained(data.path)
+    tokenizer = _load_tokenizer(data.path, config, spec.task)
+    prepared = data.module.prepare(data.train, data.validation, tokenizer, config, data.hp)
+    model = data.module.build_model(data.path, prepared, config)
+    attention = _attention_path(model, config, spec.task, device, data.hp["precision"], prepared)
     if spec.lora.enabled:
         model = lora.wrap(model, spec.task, config.model_type, spec.lora.r, spec.lora.alpha, spec.lora.dropout,
                           spec.lora.target_modules)
     trainable, total_params = _count_parameters(model)
+    return _Built(tokenizer, prepared, model, attention, trainable, total_params)
 
-    checkpoints = output_dir / "checkpoints"
+
+def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, reporter: Reporter):
+    """The WorkbenchTrainer for ``built``, checkpointing into ``checkpoints``; returns it and its ReporterCallback."""
+    from transformers import EarlyStoppingCallback
+
+    from jobs.training import MetricThenLoss, ReporterCallback, WorkbenchTrainer, training_arguments
+
+    prepared = built.prepared
     selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
                             else ("loss", False))
     args = training_arguments(str(checkpoints), hp, device, len(prepared.train_dataset), selected_by, greater,
@@ -247,29 +338,45 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         callbacks.append(MetricThenLoss(selected_by, greater))  # before early stopping, which reads its key
     if hp["early_stopping_patience"]:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=hp["early_stopping_patience"]))
-    loss_func = None
-    if prepared.extra.get("class_weights"):
-        from jobs.tasks.classification import weighted_loss
-
-        weights = prepared.extra["class_weights"]
-        loss_func = lambda outputs, labels, num_items_in_batch=None: weighted_loss(outputs.logits, labels, weights)  # noqa: E731
-    trainer = WorkbenchTrainer(model=model, args=args, data_collator=prepared.collator,
+    loss_func = _class_weighted_loss(prepared)
+    trainer = WorkbenchTrainer(model=built.model, args=args, data_collator=prepared.collator,
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
-                               processing_class=tokenizer, compute_metrics=prepared.compute_metrics,
+                               processing_class=built.tokenizer, compute_metrics=prepared.compute_metrics,
                                compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata,
                                phase_listener=lambda name, done, total: report_phase(reporter, name, done, total))
-    resume = last_complete_checkpoint(checkpoints)
-    processes = world_size()
+    return trainer, callback
+
+
+def _class_weighted_loss(prepared):
+    """A loss weighted by the task's class weights when it prepared some; None keeps the model's own loss."""
+    if not prepared.extra.get("class_weights"):
+        return None
+    from jobs.tasks.classification import weighted_loss
+
+    weights = prepared.extra["class_weights"]
+    return lambda outputs, labels, num_items_in_batch=None: weighted_loss(outputs.logits, labels, weights)
+
+
+def _run_facts(data: _Data, built: _Built, device: str, processes: int, resume: Optional[str]) -> dict:
+    """What the run starts with, for the reporter and the log."""
+    from jobs.training import steps_per_epoch
+
+    hp = data.hp
     total_steps = hp["max_steps"] or math.ceil(
-        steps_per_epoch(len(prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"],
+        steps_per_epoch(len(built.prepared.train_dataset), hp["batch_size"], hp["gradient_accumulation_steps"],
                         processes) * hp["epochs"])
-    facts = {"device": device, "processes": processes, "total_steps": total_steps, "trainable_parameters": trainable,
-             "total_parameters": total_params, "model": info.name, "model_path": path,
-             "train_examples": len(train), "train_examples_available": available,
-             "validation_examples": len(validation),
-             "hyperparameters": hp, "resumed_from": resume, **attention.as_metrics()}
-    reporter.info(facts)
-    log.info("run starts: %s", json.dumps(facts, default=str))
+    return {"device": device, "processes": processes, "total_steps": total_steps,
+            "trainable_parameters": built.trainable, "total_parameters": built.total_params,
+            "model": data.info.name, "model_path": data.path,
+            "train_examples": len(data.train), "train_examples_available": data.available,
+            "validation_examples": len(data.validation),
+            "hyperparameters": hp, "resumed_from": resume, **built.attention.as_metrics()}
+
+
+def _fit(trainer, callback, prepared, hp: dict, device: str, resume: Optional[str], processes: int,
+         checkpoints: Path) -> _Fitted:
+    """Train, from ``resume`` when it names a checkpoint; raises ``Cancelled`` after a requested stop."""
+    import torch
 
     if prepared.extra.get("measure_perplexity_before") and resume is None:
         from jobs.tasks.mlm import perplexity
@@ -279,9 +386,29 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         torch.cuda.reset_peak_memory_stats()
     trainer.reset_timings()  # the perplexity measured above is not part of training
     started = time.perf_counter()
-    setup_seconds = started - setup_started
+    result = _train_or_explain(trainer, resume, hp)
+    train_seconds = time.perf_counter() - started
+    steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
+    if resume or hp["max_steps"]:
+        samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"] * processes
+    else:
+        samples = len(prepared.train_dataset) * hp["epochs"]
+    # throughput of the optimisation itself: evaluation and checkpoint writing inside train() excluded
+    pure_seconds = max(train_seconds - trainer.overhead_seconds, 1e-9)
+    if callback.cancelled:
+        log.info("cancelled at step %d; checkpoint saved in %s", trainer.state.global_step, checkpoints)
+        raise Cancelled(f"cancelled at step {trainer.state.global_step}")
+    return _Fitted(result, started, train_seconds, samples / pure_seconds)
+
+
+def _train_or_explain(trainer, resume: Optional[str], hp: dict):
+    """``trainer.train()``; a NaN loss or running out of memory becomes a ``TrainingError`` with a hint."""
+    import torch
+
+    from jobs.training import NonFiniteLoss
+
     try:
-        result = trainer.train(resume_from_checkpoint=resume)
+        return trainer.train(resume_from_checkpoint=resume)
     except NonFiniteLoss as exc:
         raise TrainingError(f"loss became NaN at step {exc.step} — lower the learning rate",
                             f"try a learning rate below {hp['learning_rate']:g}") from None
@@ -295,20 +422,11 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         bs = hp["batch_size"]
         raise TrainingError(f"out of memory at batch size {bs} — try {max(1, bs // 2)} or enable LoRA",
                             "lower the batch size or the max length, or choose a smaller model") from None
-    train_seconds = time.perf_counter() - started
-    steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
-    if resume or hp["max_steps"]:
-        samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"] * processes
-    else:
-        samples = len(prepared.train_dataset) * hp["epochs"]
-    # throughput of the optimisation itself: evaluation and checkpoint writing inside train() excluded
-    pure_seconds = max(train_seconds - trainer.overhead_seconds, 1e-9)
-    if callback.cancelled:
-        log.info("cancelled at step %d; checkpoint saved in %s", trainer.state.global_step, checkpoints)
-        raise Cancelled(f"cancelled at step {trainer.state.global_step}")
 
-    # Every rank evaluates (predict() is sharded over the processes and gathered) ...
-    final_started = time.perf_counter()
+
+def _evaluate(spec: RunSpec, module, trainer, prepared, reporter: Reporter) -> _Evaluated:
+    """The best model on the validation split, then on the held-out records when the spec names some."""
+    started = time.perf_counter()
     n_eval = len(prepared.eval_dataset)
     log.info("training done at step %d; evaluating the best model on %d validation examples",
              trainer.state.global_step, n_eval)
@@ -317,47 +435,55 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         evaluation = module.evaluate_model(trainer, prepared)
     else:
         evaluation = module.evaluate(prepared, trainer.predict(prepared.eval_dataset))
-    final_eval_seconds = time.perf_counter() - final_started
+    seconds = time.perf_counter() - started
     heldout = _predict_heldout(module, spec, trainer, prepared) if spec.data.predict_path else None
-    if _rank() != 0:
-        # ... but only rank 0 writes the model and the outputs; the others hold the same weights
-        log.info("rank %d of %d: done; rank 0 writes the model and the metrics", _rank(), processes)
-        return dict(evaluation.metrics)
-    report_phase(reporter, SAVING_MODEL)
-    log.info("saving the model to %s", output_dir / "model")
-    _export(trainer.model, tokenizer, output_dir, spec.lora.enabled)
-    metrics = dict(evaluation.metrics)
+    return _Evaluated(evaluation, heldout, started, seconds)
+
+
+def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated: _Evaluated, device: str,
+                 processes: int, setup_started: float) -> dict:
+    """The evaluation's scores, then what the run did and what it cost (measured after the model's export)."""
+    import torch
+
+    metrics = dict(evaluated.evaluation.metrics)
     metrics.update({
-        "train_loss": float(result.training_loss),
+        "train_loss": float(fitted.result.training_loss),
         "steps": int(trainer.state.global_step),
-        "trainable_parameters": trainable, "total_parameters": total_params,
+        "trainable_parameters": built.trainable, "total_parameters": built.total_params,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else 0.0,
-        "train_seconds": round(train_seconds, 2),
-        "samples_per_second": round(samples / pure_seconds, 3),
+        "train_seconds": round(fitted.train_seconds, 2),
+        "samples_per_second": round(fitted.samples_per_second, 3),
         "eval_and_checkpoint_seconds": round(trainer.overhead_seconds, 2),
         # The parts of a run's time, for calibrated estimates of later runs (workbench.services.estimates)
         # examples as the model sees them (QA: windows) and as records of the dataset
-        "train_examples": len(prepared.train_dataset), "train_records": len(train),
-        "validation_examples": n_eval, "validation_records": len(validation),
-        "setup_seconds": round(setup_seconds, 2),
+        "train_examples": len(built.prepared.train_dataset), "train_records": len(data.train),
+        "validation_examples": len(built.prepared.eval_dataset), "validation_records": len(data.validation),
+        "setup_seconds": round(fitted.started - setup_started, 2),
         "evaluations": trainer.evaluations, "evaluation_seconds": round(trainer.evaluation_seconds, 2),
         "checkpoints": trainer.checkpoints, "checkpoint_seconds": round(trainer.checkpoint_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
+        "final_eval_seconds": round(evaluated.seconds, 2),
         "device": device,
         "processes": processes,
-        **attention.as_metrics(),
+        **built.attention.as_metrics(),
     })
+    return metrics
+
+
+def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data, trainer, evaluated: _Evaluated,
+               metrics: dict, setup_started: float) -> dict:
+    """Report the final scores, add the baselines, and write metrics, tables, predictions and held-out outputs."""
+    evaluation = evaluated.evaluation
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
                      {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
-    metrics.update(assess_run(spec, train, validation, evaluation))
-    metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
+    metrics.update(assess_run(spec, data.train, data.validation, evaluation))
+    metrics["finish_seconds"] = round(time.perf_counter() - evaluated.started - evaluated.seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
-    write_outputs(output_dir, metrics, hp, evaluation)
-    if heldout is not None:
-        write_heldout(output_dir / HELDOUT_FILE, heldout)
+    write_outputs(output_dir, metrics, data.hp, evaluation)
+    if evaluated.heldout is not None:
+        write_heldout(output_dir / HELDOUT_FILE, evaluated.heldout)
     log.info("run finished: %s", json.dumps(evaluation.metrics))
     return metrics
 
