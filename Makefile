@@ -22,6 +22,8 @@ run: $(STAMP)
 	$(VENV)/bin/workbench serve
 
 test: $(STAMP)
+	# The floors (pyproject.toml, [tool.importlinter]): a wrong-way import fails before any test runs.
+	$(VENV)/bin/lint-imports
 	bash scripts/test-services.sh
 	set -a; [ ! -f .test-services.env ] || . ./.test-services.env; set +a; \
 	$(PY) -m pytest $(PYTEST_ARGS); code=$$?; \

@@ -79,9 +79,9 @@ def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, prese
               seeds: list[int], limit: int | None = None) -> dict:
     from jobs import label_issues
     from jobs.worker import start_embedded_worker
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import audits, datasets
-    from workbench.settings import Settings
 
     folder = data / SETS[name]
     clean = dedupe(read_csv(folder / "train.csv"))[:limit]
@@ -142,8 +142,8 @@ def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, prese
 def compare_only(folder: Path, work: Path, preset: str, seeds: list[int]) -> dict:
     """Train clean / noisy / corrected again from the sets an earlier run kept (another preset)."""
     from jobs.worker import start_embedded_worker
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     with open_workbench(Settings.from_env({}, home=str(work / "home"))) as wb:
         worker = start_embedded_worker(wb, max_jobs=1, gpus=[])

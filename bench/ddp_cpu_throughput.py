@@ -34,9 +34,9 @@ def one_run(home: Path, train: str, dev: str, procs: int) -> dict:
     from jobs.catalogue import packaged_model_path
     from jobs.spec import DataSpec, RunSpec, TrainSpec
     from jobs.worker import Worker
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import runs
-    from workbench.settings import Settings
 
     wb = open_workbench(Settings.from_env({}, home=str(home), device="cpu"))
     try:

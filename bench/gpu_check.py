@@ -199,9 +199,9 @@ def queue_run(home: Path, model_path: Path, data: tuple[Path, Path], *, precisio
     """Submit one run and drive a worker until it ends: the path a user's run takes."""
     from jobs.spec import DataSpec, RunSpec, TrainSpec
     from jobs.worker import Worker
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import runs
-    from workbench.settings import Settings
 
     wb = open_workbench(Settings.from_env({}, home=str(home), device="auto" if gpus else "cpu",
                                           heartbeat_seconds=1.0, lease_seconds=60.0))

@@ -57,9 +57,9 @@ def long_text(chars: int, seed: int) -> str:
 def prepare(home: Path, max_length: int) -> str:
     """Save MiniLM as a 2-label classifier in a succeeded run trained at ``max_length``; publish it; the slug."""
     from bench.minilm_run import save_minilm_classifier_run
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.playground import service
-    from workbench.settings import Settings
 
     wb = open_workbench(Settings.from_env({}, home=str(home)))
     try:

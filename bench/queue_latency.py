@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spec import DataSpec, RunSpec, TrainSpec  # noqa: E402
 from jobs.worker import Worker  # noqa: E402
-from workbench.context import open_workbench  # noqa: E402
+from storage.context import open_workbench  # noqa: E402
+from storage.settings import Settings  # noqa: E402
 from workbench.services import runs  # noqa: E402
-from workbench.settings import Settings  # noqa: E402
 
 log = logging.getLogger("bench.queue_latency")
 RESULTS = Path(__file__).parent / "results"

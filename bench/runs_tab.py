@@ -28,9 +28,9 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from jobs.spec import DataSpec, RunSpec, TrainSpec
+from storage.context import open_workbench
 from storage.models import MetricPoint, Run
-from workbench.context import open_workbench
-from workbench.settings import Settings
+from storage.settings import Settings
 
 STATES = ["succeeded"] * 6 + ["failed", "cancelled", "queued", "running"]
 

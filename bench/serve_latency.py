@@ -50,8 +50,8 @@ def percentile(values: list[float], q: float) -> float:
 def prepare(home: Path) -> int:
     """Save MiniLM as a 2-label classifier in a succeeded run's output folder; return the run id."""
     from bench.minilm_run import save_minilm_classifier_run
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     wb = open_workbench(Settings.from_env({}, home=str(home)))
     try:

@@ -171,9 +171,9 @@ def main() -> None:
 
     from jobs.sweep_spec import SweepSpec
     from jobs.worker import Worker
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import datasets, runs, sweeps
-    from workbench.settings import Settings
 
     work = Path(tempfile.mkdtemp(prefix="sweep-trec-"))
     trec = args.data / "trec_question_type_train5500"

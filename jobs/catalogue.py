@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from workbench.errors import ModelUnavailable
+from storage.errors import ModelUnavailable
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 

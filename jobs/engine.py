@@ -22,7 +22,7 @@ from typing import Any, Optional
 from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
                            report_phase)
 from jobs.spec import RunSpec
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 log = logging.getLogger(__name__)
 HELDOUT_FILE = "heldout.npz"

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 from typing import Optional
 
-from workbench.errors import ModelUnavailable, TrainingError, WorkbenchError
+from storage.errors import ModelUnavailable, TrainingError, WorkbenchError
 
 LOG_TAIL_LINES = 40
 

@@ -58,7 +58,7 @@ def wrap(model, task: str, model_type: str, r: int, alpha: int, dropout: float, 
     """
     from peft import LoraConfig, get_peft_model
 
-    from workbench.errors import TrainingError
+    from storage.errors import TrainingError
 
     targets = list(targets or target_modules(model_type))
     missing = [t for t in targets if not present_modules(model, [t])]

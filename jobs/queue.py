@@ -25,8 +25,8 @@ from sqlalchemy import delete, select, update
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
+from storage.errors import InvalidState, NotFound
 from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, Run, Sweep, Worker, utcnow
-from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,12 @@ from jobs.progress import Cancelled
 from jobs.runner import PROCESS_LOG, die_with_launcher
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE
+from storage.context import Workbench
+from storage.datasets.lookup import dataset_files
 from storage.db import Database
+from storage.errors import TrainingError
 from storage.models import CANCELLED, FAILED, PRUNED, SUCCEEDED, Artifact, MetricPoint, Run
-from workbench.context import Workbench
-from workbench.settings import Settings
-from workbench.errors import TrainingError
+from storage.settings import Settings
 
 log = logging.getLogger("jobs.run_job")
 
@@ -181,21 +182,15 @@ def _replace_points(session, run_id: int, points: list[dict[str, Any]]) -> None:
     session.execute(MetricPoint.__table__.insert(), list(latest.values()))
 
 
-def _dataset_files(wb: Workbench, dataset_id: str) -> tuple[str, Optional[str]]:
-    from workbench.services import datasets
-
-    train, validation = datasets.dataset_files(wb, dataset_id)
-    return str(train), (str(validation) if validation else None)
-
-
 def resolve_spec(wb: Workbench, spec: RunSpec) -> tuple[RunSpec, Optional[Path]]:
     """Fill the data paths from the dataset store and find the parent model of a chained run."""
     data = spec.data
     # A spec that names its own files reads them (an audit's fold: k-1 folds of the dataset), one
     # that names only a dataset reads the dataset's.
     if data.dataset_id and not data.train_path:
-        train, validation = _dataset_files(wb, data.dataset_id)
-        data = dataclasses.replace(data, train_path=train, validation_path=data.validation_path or validation)
+        train, validation = dataset_files(wb.db, data.dataset_id)
+        data = dataclasses.replace(data, train_path=str(train),
+                                   validation_path=data.validation_path or (str(validation) if validation else None))
     for path in (data.train_path, data.validation_path):
         if path and not Path(path).is_file():
             raise TrainingError(f"dataset file missing: {path}",

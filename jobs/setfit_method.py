@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jobs.progress import EVALUATING, SAVING_MODEL, TRAINING, WRITING_PREDICTIONS, Cancelled, report_phase
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 log = logging.getLogger(__name__)
 

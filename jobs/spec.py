@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from jobs.hyperparameters import METHODS, PRESETS
 from jobs.spec_fields import Field, check_fields, refuse_unknown, show
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 SPEC_VERSION = 1
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 MAX_TEXT = 4096  # characters of a name, model or path: longer is a mistake, not a name
 MAX_LIST = 256  # items of a list field (LoRA target modules)

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 MAX_SPEC_BYTES = 64 * 1024
 MAX_SPEC_DEPTH = 20

@@ -13,8 +13,8 @@ a sweep trial that its pruner stopped early (see ``jobs.sweeps``): final, like s
 """
 from __future__ import annotations
 
+from storage.errors import InvalidState
 from storage.models import CANCELLED, CANCELLING, FAILED, PRUNED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
-from workbench.errors import InvalidState
 
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, PRUNED})
 ACTIVE = frozenset({RUNNING, CANCELLING})

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from jobs.spec import RUN_FIELDS, SECTIONS, RunSpec, check_run_mapping, objective_metrics
 from jobs.spec_fields import Field, check_fields, refuse_unknown, show
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 # Search-space name -> (section of the run spec, key), section None for the top level.
 PARAMETERS: dict[str, tuple[Optional[str], str]] = {

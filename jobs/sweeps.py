@@ -51,14 +51,14 @@ from jobs import queue
 from jobs.states import ACTIVE
 from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, format_params
 from storage.db import Database
+from storage.errors import InvalidState
 from storage.models import (FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FAILED,
                             SWEEP_FINISHED, SWEEP_RUNNING, Run, Sweep, utcnow)
-from workbench.errors import InvalidState
 
 if TYPE_CHECKING:
     import optuna
 
-    from workbench.context import Workbench
+    from storage.context import Workbench
 
 log = logging.getLogger(__name__)
 

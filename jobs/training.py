@@ -249,7 +249,7 @@ def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        from workbench.errors import TrainingError
+        from storage.errors import TrainingError
 
         raise TrainingError("a GPU was asked for but none is available", "run on the CPU (device auto)")
     return device

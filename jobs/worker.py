@@ -27,8 +27,8 @@ from jobs.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
 from jobs.spec import RunSpec
 from jobs.sweeps import SweepDriver
 from jobs.states import ACTIVE
+from storage.context import Workbench
 from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, Run, utcnow
-from workbench.context import Workbench
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ def require_service(reason: str) -> None:
 
 @pytest.fixture
 def settings(tmp_path, monkeypatch):
-    from workbench.settings import Settings
+    from storage.settings import Settings
 
     for key in list(os.environ):
         if key.startswith("WORKBENCH_") and key not in ("WORKBENCH_REQUIRE_SERVICES",) and not key.startswith("WORKBENCH_TEST_"):
@@ -36,7 +36,7 @@ def settings(tmp_path, monkeypatch):
 
 @pytest.fixture
 def wb(settings):
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
 
     workbench = open_workbench(settings)
     yield workbench

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from jobs.spec import DataSpec, RunSpec
+from storage.context import Workbench, open_workbench
 from storage.db import Database
-from workbench.context import Workbench, open_workbench
-from workbench.settings import Settings
+from storage.settings import Settings
 
 FAST = {"heartbeat_seconds": 0.2, "lease_seconds": 3.0, "cancel_timeout_seconds": 10.0}
 

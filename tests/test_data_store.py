@@ -141,8 +141,8 @@ def test_delete_and_not_found(wb):
 
 
 def test_upload_limit_is_the_setting(tmp_path):
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     wb = open_workbench(Settings.from_env({"WORKBENCH_MAX_UPLOAD_MB": "1"}, home=str(tmp_path / "home")))
     big = tmp_path / "big.csv"

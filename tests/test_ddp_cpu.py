@@ -30,10 +30,10 @@ from jobs.progress import RecordingReporter
 from jobs.runner import SubprocessRunner
 from jobs.spec import DataSpec, RunSpec, TrainSpec
 from jobs.worker import Worker
+from storage.context import open_workbench
 from storage.models import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from tests.queue_support import make_settings, wait_until
 from tests.tiny_models import classification_records, ner_records, tiny_bert, write_jsonl
-from workbench.context import open_workbench
 from workbench.services import runs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

@@ -16,10 +16,10 @@ from jobs.spec import RunSpec
 from jobs.training import distributed_flags, steps_per_epoch, training_arguments
 from jobs.worker import Worker
 from storage.models import SUCCEEDED
+from storage.settings import Settings
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
 from workbench.errors import ConfigError
 from workbench.services import runs
-from workbench.settings import Settings
 
 LAUNCHER_REPORT = """[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:4242
 E1201 20:00:00 torch/distributed/elastic/multiprocessing/api.py:900] failed (exitcode: 1)

@@ -41,8 +41,8 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def module_wb(tmp_path_factory):
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     wb = open_workbench(Settings.from_env({}, home=str(tmp_path_factory.mktemp("home"))))
     yield wb
@@ -263,7 +263,7 @@ def test_real_workbench_server_keeps_playgrounds_outside_its_login(module_wb, pu
     """With the real create_app and WORKBENCH_AUTH set: / asks for a login, /play/<slug>/ does not."""
     import dataclasses
 
-    from workbench.context import Workbench
+    from storage.context import Workbench
     from workbench.server import create_app
 
     guarded = Workbench(settings=dataclasses.replace(module_wb.settings, auth="admin:pw"), db=module_wb.db)
@@ -316,7 +316,7 @@ def _limited_server(module_wb, **limits):
     """The real workbench app (no worker) over the module's database, with playground limits changed."""
     import dataclasses
 
-    from workbench.context import Workbench
+    from storage.context import Workbench
     from workbench.server import create_app
 
     limited = Workbench(settings=dataclasses.replace(module_wb.settings, **limits), db=module_wb.db)

@@ -41,10 +41,10 @@ class Served(ps.ServerThread):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """(server, workbench, playground slug, run id) with WORKBENCH_AUTH on (a users file)."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.playground import service
     from workbench.server import create_app
-    from workbench.settings import Settings
 
     home = tmp_path_factory.mktemp("home")
     users = tmp_path_factory.mktemp("etc") / "users"
@@ -339,9 +339,9 @@ def test_wrong_passwords_are_locked_out_at_the_login_route(site):
 def login_server(tmp_path):
     """``serve(forwarded_allow_ips)``: a fresh workbench server with WORKBENCH_AUTH (its own throttle) as
     `workbench serve` starts it; the tests below lock out 127.0.0.1, so they cannot share the module's site."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.server import create_app
-    from workbench.settings import Settings
 
     opened = []
 
@@ -402,8 +402,8 @@ def test_workbench_serve_starts_uvicorn_with_those_options(cli, monkeypatch):
 
 
 def test_proxy_headers_are_read_only_from_the_configured_proxies():
+    from storage.settings import Settings
     from workbench.server import uvicorn_options
-    from workbench.settings import Settings
 
     default = uvicorn_options(Settings.from_env({}))
     assert default["proxy_headers"] is False

@@ -2,9 +2,9 @@ import re
 
 import pytest
 
+from storage.settings import SETTINGS, Settings
 from tests.conftest import ROOT
 from workbench.errors import ConfigError
-from workbench.settings import SETTINGS, Settings
 
 
 def test_every_setting_is_documented_in_the_readme():

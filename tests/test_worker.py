@@ -218,7 +218,7 @@ def test_kill_9_of_the_worker_process_then_a_new_worker_resumes(qwb, tmp_path):
     run_id = _submit(qwb, "fake:steps:60:0.1")
     env = {**os.environ, **qwb.settings.as_env(), "FAKE_RUNNER_LOG": str(log)}
     code = ("from jobs.fake_runner import fake_subprocess_runner; from jobs.worker import Worker; "
-            "from workbench.context import open_workbench; "
+            "from storage.context import open_workbench; "
             "Worker(open_workbench(), fake_subprocess_runner(), gpus=[]).run_forever()")
     worker_process = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:

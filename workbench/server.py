@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import AsyncIterator
 
+from storage.context import Workbench
 from workbench.asgi import HideApiInfoFromVisitors, RefuseLoneSurrogates
-from workbench.context import Workbench
 from workbench.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 
 @dataclasses.dataclass

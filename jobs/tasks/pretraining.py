@@ -14,7 +14,7 @@ import numpy as np
 
 from jobs.tasks.common import Evaluation, Prepared, keep_columns, read_jsonl
 from jobs.tasks.mlm import IGNORE, MaskingCollator, mask_tokens
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 MAIN_METRIC = "loss"
 REQUIRED = ("text",)

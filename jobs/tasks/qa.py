@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jobs.tasks.common import Evaluation, Prepared, keep_columns, model_uses_token_type_ids, read_jsonl
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 MAIN_METRIC = "loss"  # during training; the final evaluation reports exact_match / f1
 REQUIRED = ("id", "context", "question", "answers")

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jobs.tasks.common import Evaluation, Prepared, keep_columns, model_uses_token_type_ids, read_jsonl, softmax
-from workbench.errors import TrainingError
+from storage.errors import TrainingError
 
 MAIN_METRIC = "entity_f1"  # token_accuracy when the tags are not BIO
 REQUIRED = ("tokens", "tags")

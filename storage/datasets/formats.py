@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")
 FORMATS_BY_TASK: dict[str, tuple[str, ...]] = {

@@ -27,7 +27,7 @@ from storage.datasets.records import Record
 from storage.datasets.source import SourceInfo, open_text, read_head, scan
 from storage.datasets.split import validation_mask
 from storage.datasets.stats import SAMPLE_SIZE, LabelStats, Reservoir, length_summary, load_tokenizer, token_lengths
-from workbench.errors import ConfigError, DataValidationError, Problem
+from storage.errors import ConfigError, DataValidationError, Problem
 
 log = logging.getLogger(__name__)
 PREVIEW_ROWS = 20

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 
-from workbench.errors import Problem
+from storage.errors import Problem
 
 MAX_ERRORS = 50
 MAX_PER_KIND = 10

@@ -9,9 +9,9 @@ import pytest
 from tests.browser.conftest import Server, screenshot
 from tests.browser.test_workbench_ui import wait_text
 from tests.tiny_models import classification_records, distinct, write_jsonl
-from workbench.context import open_workbench
+from storage.context import open_workbench
 from workbench.services import audits, datasets
-from workbench.settings import Settings
+from storage.settings import Settings
 
 pytestmark = pytest.mark.browser
 PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last"}

@@ -31,8 +31,8 @@ def guarded_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ner_playground(guarded_server, tmp_path_factory):
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     model = ps.train_tiny("token-classification", tmp_path_factory.mktemp("pg-ner") / "model")
     wb = open_workbench(Settings.from_env({}, home=str(guarded_server.home)))

@@ -8,12 +8,12 @@ import pytest
 from jobs.fake_runner import InProcessRunner
 from jobs.sweep_spec import SweepSpec
 from jobs.worker import Worker
+from storage.context import open_workbench
+from storage.settings import Settings
 from tests.browser.conftest import Server, screenshot
 from tests.queue_support import wait_until
 from tests.tiny_models import classification_records, write_jsonl
-from workbench.context import open_workbench
 from workbench.services import datasets, sweeps
-from workbench.settings import Settings
 
 pytestmark = pytest.mark.browser
 

@@ -240,9 +240,9 @@ def test_share_tab_publishes_with_a_token_lists_unpublishes_and_hub_push_fails_c
 
 
 def test_compare_two_runs_shows_the_config_diff(server, page):
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import runs as runs_service
-    from workbench.settings import Settings
 
     wb = open_workbench(Settings.from_env(server.env))
     try:
@@ -300,10 +300,10 @@ def dropdown_options(page, elem_id: str) -> str:
 
 
 def test_pickers_follow_imports_deletes_and_new_runs(server, page, tmp_path):
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.services import datasets as data_service
     from workbench.services import runs as runs_service
-    from workbench.settings import Settings
 
     extra = tmp_path / "weekend_notes.csv"
     extra.write_text("text,label\n" + "".join(f"note {i} for the weekend plans,{'x' if i % 3 else 'y'}\n"
@@ -387,8 +387,8 @@ def test_auth_asks_for_a_login(tmp_path, browser):
 # --- issue 11, training side: presets, estimates, phases, per-tag scores, resolved settings -------------
 
 def _service_workbench(server):
-    from workbench.context import open_workbench
-    from workbench.settings import Settings
+    from storage.context import open_workbench
+    from storage.settings import Settings
 
     return open_workbench(Settings.from_env(server.env))
 

@@ -11,9 +11,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
+from storage.context import open_workbench
 from storage.datasets import ColumnMapping
 from workbench.cli import data_app, emit, id_argument
-from workbench.context import open_workbench
 from workbench.services import datasets as service
 
 T = TypeVar("T")

@@ -5,11 +5,11 @@ from typing import Optional
 
 import typer
 
+from storage.context import open_workbench
+from storage.settings import Settings
 from workbench.cli import app, emit, id_argument
-from workbench.context import open_workbench
 from workbench.playground import service
 from workbench.services import runs as runs_service
-from workbench.settings import Settings
 
 
 def _base_url(settings: Settings, host: Optional[str] = None, port: Optional[int] = None) -> str:

@@ -12,8 +12,8 @@ import typer
 
 from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
+from storage.context import open_workbench
 from workbench.cli import emit, id_argument, runs_app
-from workbench.context import open_workbench
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 
 def _addresses(value: Optional[str]) -> Optional[str]:
-    from workbench.settings import parse_addresses
+    from storage.settings import parse_addresses
 
     try:
         return None if value is None else parse_addresses(value)
@@ -34,9 +34,9 @@ def serve(
     """Start the web workbench (and one embedded worker unless --no-worker)."""
     import uvicorn
 
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
+    from storage.settings import Settings
     from workbench.server import create_app, uvicorn_options
-    from workbench.settings import Settings
 
     settings = Settings.from_env(host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
     wb = open_workbench(settings)

@@ -112,7 +112,7 @@ def sweep(
     """Start a sweep (its first trials are queued at once; workers run them and queue the next ones)."""
     if ctx.invoked_subcommand is not None:
         return
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import sweeps
 
     if config is None and task is None and data is None:
@@ -132,7 +132,7 @@ def sweep(
 @sweep_app.command()
 def show(sweep_id: int = id_argument("sweep"), as_json: bool = typer.Option(False, "--json", help="Print the full record as JSON.")) -> None:
     """Progress, the best trial, and each trial's parameters, value and state."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import sweeps
 
     with open_workbench() as wb:
@@ -143,7 +143,7 @@ def show(sweep_id: int = id_argument("sweep"), as_json: bool = typer.Option(Fals
 @sweep_app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON (a list of sweeps).")) -> None:
     """Sweeps, newest first."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import sweeps
 
     with open_workbench() as wb:
@@ -156,7 +156,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON (a list
 @sweep_app.command()
 def cancel(sweep_id: int = id_argument("sweep")) -> None:
     """Ask for no more trials and cancel the queued and running ones (running ones stop at their next step)."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import sweeps
 
     with open_workbench() as wb:
@@ -167,7 +167,7 @@ def cancel(sweep_id: int = id_argument("sweep")) -> None:
 @sweep_app.command()
 def best(sweep_id: int = id_argument("sweep")) -> None:
     """Print the best trial's run id: `workbench publish $(workbench sweep best ID)` shares it."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import sweeps
 
     with open_workbench() as wb:

@@ -114,7 +114,7 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}."),
 ) -> None:
     """Queue a fine-tuning run and print its id (with --wait: train, then print the result)."""
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
     from workbench.services import runs
 
     with open_workbench() as wb:

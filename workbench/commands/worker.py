@@ -32,7 +32,7 @@ def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs
                                                     "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
     from jobs.worker import Worker
-    from workbench.context import open_workbench
+    from storage.context import open_workbench
 
     if procs is not None and procs < 1:
         raise ConfigError(f"--procs {procs}: give at least 1 training process per run")

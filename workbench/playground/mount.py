@@ -38,8 +38,8 @@ from urllib.parse import parse_qs, quote, unquote
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from storage.context import Workbench
 from workbench.asgi import read_body, replay
-from workbench.context import Workbench
 from workbench.errors import NotFound, WorkbenchError
 from workbench.playground.api import build_router, error_status
 from workbench.playground.runtime import Playgrounds

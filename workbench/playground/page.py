@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from workbench.context import Workbench
+from storage.context import Workbench
 from workbench.errors import WorkbenchError
 from workbench.playground import service
 from workbench.playground.attention import plot_head, plot_layer, to_html

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from workbench.context import Workbench
+from storage.context import Workbench
 from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
 from workbench.playground.cache import ModelCache, folder_weight_bytes, pick_device

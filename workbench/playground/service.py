@@ -22,8 +22,8 @@ from sqlalchemy import select
 
 from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
+from storage.context import Workbench
 from storage.models import SUCCEEDED, Dataset, Playground, Run
-from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 
 log = logging.getLogger(__name__)

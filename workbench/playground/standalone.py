@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Optional
 
-from workbench.context import Workbench
+from storage.context import Workbench
 from workbench.playground.mount import mount_playgrounds
 from workbench.playground.service import PLAY_PREFIX
 

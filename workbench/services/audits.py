@@ -32,8 +32,8 @@ from jobs import queue
 from jobs.engine import HELDOUT_FILE
 from jobs.spec import DEFAULT_MODEL, DataSpec, LoraSpec, RunSpec, TrainSpec
 from jobs.states import ACTIVE
+from storage.context import Workbench
 from storage.models import CANCELLED, FAILED, QUEUED, SUCCEEDED, Audit, AuditDecision, Dataset, Run, utcnow
-from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 
 log = logging.getLogger(__name__)

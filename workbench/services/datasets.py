@@ -16,13 +16,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from storage.context import Workbench
 from storage.datasets import ColumnMapping, DatasetReport, DatasetStore, ReadOptions, prepare
 from storage.datasets.formats import check_task
+from storage.datasets.lookup import dataset_files as storage_dataset_files, find_dataset
 from storage.datasets.stats import load_tokenizer
 from storage.datasets.store import content_address, dataset_id, file_sha256
 from jobs.states import ACTIVE
 from storage.models import QUEUED, Dataset, Run
-from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound
 
 __all__ = ["DatasetReport", "DatasetSummary", "EXAMPLES", "delete_dataset", "dataset_files", "example_path",
@@ -197,24 +198,10 @@ def list_datasets(wb: Workbench, task: str | None = None) -> list[DatasetSummary
         return [DatasetSummary.from_row(row) for row in session.scalars(query)]
 
 
-def _find_row(session, id_or_name: str) -> Dataset:
-    row = session.get(Dataset, id_or_name)
-    if row is None:
-        row = session.scalars(select(Dataset).where(Dataset.name == id_or_name)
-                              .order_by(Dataset.created_at.desc())).first()
-    if row is None:
-        matches = session.scalars(select(Dataset).where(Dataset.id.startswith(id_or_name))).all()
-        if len(matches) == 1:
-            row = matches[0]
-    if row is None:
-        raise NotFound(f"no dataset {id_or_name!r}; `workbench data list` shows the stored datasets")
-    return row
-
-
 def get_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
     """A dataset by id, unique id prefix or name (the newest of that name)."""
     with wb.db.session() as session:
-        return DatasetSummary.from_row(_find_row(session, id_or_name))
+        return DatasetSummary.from_row(find_dataset(session, id_or_name))
 
 
 def delete_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
@@ -223,7 +210,7 @@ def delete_dataset(wb: Workbench, id_or_name: str) -> DatasetSummary:
     Refused while a queued or running run still has to read the dataset's files.
     """
     with wb.db.session() as session:
-        row = _find_row(session, id_or_name)
+        row = find_dataset(session, id_or_name)
         waiting = session.scalars(select(Run.id).where(Run.dataset_id == row.id,
                                                        Run.status.in_((QUEUED, *ACTIVE))).order_by(Run.id)).all()
         if waiting:
@@ -241,12 +228,7 @@ def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path | None]:
 
     The validation path is None when the dataset has no validation examples (fraction 0).
     """
-    summary = get_dataset(wb, id_or_name)
-    folder = Path(summary.path)
-    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
-    if not train.exists():
-        raise NotFound(f"the files of dataset {summary.id} are missing from {folder}; import the file again")
-    return train, (validation if summary.validation else None)
+    return storage_dataset_files(wb.db, id_or_name)
 
 
 def default_tokenizer():

@@ -23,8 +23,8 @@ from sqlalchemy import select
 
 from jobs import catalogue, hyperparameters
 from jobs.spec import RunSpec
+from storage.context import Workbench
 from storage.models import SUCCEEDED, Dataset, Run
-from workbench.context import Workbench
 
 log = logging.getLogger(__name__)
 

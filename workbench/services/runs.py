@@ -22,8 +22,8 @@ from jobs.failures import log_tail
 from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, TERMINAL
+from storage.context import Workbench
 from storage.models import QUEUED, SUCCEEDED, Dataset, MetricPoint, Run
-from workbench.context import Workbench
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 
 log = logging.getLogger(__name__)

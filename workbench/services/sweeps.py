@@ -16,9 +16,9 @@ from sqlalchemy import select, update
 from jobs import baselines, queue
 from jobs import sweeps as engine
 from jobs.sweep_spec import SweepSpec
+from storage.context import Workbench
 from storage.models import (CANCELLED, FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLING, SWEEP_RUNNING, Run,
                             Sweep, utcnow)
-from workbench.context import Workbench
 from workbench.errors import InvalidState, NotFound
 
 log = logging.getLogger(__name__)

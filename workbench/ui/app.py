@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from workbench.context import Workbench
+from storage.context import Workbench
 from workbench.ui import compare_tab, data_tab, runs_tab, sweep_tab, train_tab
 from workbench.ui.edge import quiet_user_errors
 

@@ -3,6 +3,10 @@
 Each setting has a name, a default and a help text, and is read from the
 environment variable ``WORKBENCH_<NAME>``. The README documents every one of
 them (a test checks this), so add a row there when you add one here.
+
+They live on the bottom floor because every floor reads them: ``home`` and
+``database_url`` say where storage keeps everything, the worker and the
+training process read the queue settings, the server the rest.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from workbench.errors import ConfigError
+from storage.errors import ConfigError
 
 ENV_PREFIX = "WORKBENCH_"
 

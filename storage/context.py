@@ -1,4 +1,8 @@
-"""The handle every service takes: settings plus an open database."""
+"""The handle every service and the worker take: settings plus an open database.
+
+Opening the database is storage's job, so the handle lives here, where the
+worker (``jobs``) and the services above it can both be handed one.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -7,8 +11,8 @@ import os
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage.db import Database, describe_error, display_url
-from workbench.errors import StorageError
-from workbench.settings import Settings
+from storage.errors import StorageError
+from storage.settings import Settings
 
 
 @dataclasses.dataclass
