@@ -376,10 +376,16 @@ def table(results: dict) -> str:
                 spread = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
                 seconds = statistics.mean(v["seconds"] for v in values)
                 seeds = f", {len(scores)} seeds" if len(scores) > 1 else ""
-                row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s{seeds})")
+                # † an earlier version's defaults (the entry says which); ‡ timed beside other work (load ≥ 3)
+                marks = ("†" if any("previous_defaults" in v for v in values) else "") + (
+                    "‡" if any(v.get("load", 0) >= 3 for v in values) else "")
+                row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s{seeds}){marks}")
             if any(c != "—" for c in row):
                 lines.append(f"| {size} | " + " | ".join(row) + " |")
         lines.append("")
+    lines.append("† measured with an earlier version's defaults, not yet rerun (`previous_defaults` in the results file "
+                 "says what differed); ‡ timed while other work loaded the 2 cores (load average 3 or more), so "
+                 "its seconds overstate the time alone.")
     return "\n".join(lines)
 
 
