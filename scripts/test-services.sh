@@ -43,6 +43,9 @@ DO $$ BEGIN
     CREATE ROLE workbench LOGIN PASSWORD 'workbench' CREATEDB;
   END IF;
 END $$;
+-- DROP DATABASE ... WITH (FORCE) of a test's own database must also end the autovacuum worker that
+-- may have just started there (it has no role; only pg_signal_backend may end it)
+GRANT pg_signal_backend TO workbench;
 SQL
         # A fresh test database every run: tables or an alembic revision left by an earlier checkout
         # (another branch's migrations) must not decide whether this one's tests pass.

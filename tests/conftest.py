@@ -11,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two test processes share the cores: an OpenMP thread (torch's, here and in every training process the
+    # tests start) that waits for work sleeps rather than spinning on a core the other process needs.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TESTS_DIR = Path(__file__).parent
 DATA_DIR = TESTS_DIR / "data"
@@ -65,3 +69,49 @@ def cli(wb, monkeypatch, capsys):
         return exc.value.code, captured.out, captured.err
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def review_audit(tmp_path_factory):
+    """A finished audit of 150 reviews with 10 flipped labels (tests/audit_support.py), trained once per test
+    run, pytest-xdist workers included. Its home is read-only: a test works in a copy, ``review_audit_wb``."""
+    from tests.audit_support import shared_review_audit
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder of this run that every pytest-xdist worker's own folder is in
+    return shared_review_audit(root / "review-audit")
+
+
+@pytest.fixture
+def review_audit_wb(review_audit, tmp_path):
+    """A workbench of this test's own holding the finished ``review_audit`` (a copy of its database); afterwards,
+    the template's files are checked to be unchanged."""
+    from storage.context import open_workbench
+    from storage.settings import Settings
+    from tests.audit_support import assert_untouched, clone_home
+
+    workbench = open_workbench(Settings.from_env({}, home=str(clone_home(review_audit, tmp_path / "review-home"))))
+    yield workbench
+    workbench.close()
+    assert_untouched(review_audit)
+
+
+# The files with the longest tests (their sum on a 2-core machine), longest first, which pytest-xdist hands out
+# first: started last, one of them would keep a worker busy alone at the end. test_audits.py comes before
+# test_audit_browser.py, so that the audit both share is trained while the other worker has other work.
+SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tests/test_ddp_cpu.py",
+              "tests/test_worker_e2e.py", "tests/test_engine_e2e.py", "tests/test_gpu_check.py",
+              "tests/browser/test_audit_browser.py", "tests/test_sweep_cli.py", "tests/test_playground_cli.py",
+              "tests/test_engine_architectures.py", "tests/test_worker.py", "tests/test_sweeps.py",
+              "tests/test_cli_runs.py", "tests/browser/test_sweeps_browser.py", "tests/test_data_store.py",
+              "tests/browser/test_playground_browser.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`) each file is one unit
+    of work, handed out in collection order: put the slow files first. Within a file the order stays."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(SLOW_FILES)))

@@ -11,21 +11,10 @@ import pytest
 
 from jobs.engine import HELDOUT_FILE
 from storage.models import QUEUED
+from tests.audit_support import PRETRAINED  # fine-tuned folds of the packaged MiniLM (the audit's default model)
 from tests.tiny_models import classification_records, distinct, ner_records, write_jsonl
 from workbench.errors import ConfigError, InvalidState, NotFound
 from workbench.services import audits, datasets
-
-# The packaged MiniLM (the audit's default model) knows "great" from "terrible" after a few steps.
-PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last",
-              "method": "finetune"}  # what these tests measure was tuned for fine-tuned folds
-
-
-def _flip(records: list[dict], every: int) -> list[int]:
-    """Flip the label of every ``every``-th record; returns their positions."""
-    flipped = list(range(3, len(records), every))
-    for i in flipped:
-        records[i]["label"] = "neg" if records[i]["label"] == "pos" else "pos"
-    return flipped
 
 
 def _import(wb, tmp_path: Path, records: list[dict], task="text-classification", fraction=0.0):
@@ -55,6 +44,8 @@ def test_folds_predict_every_example_once_by_a_run_that_never_trained_on_it(wb, 
     audit_id = audits.create_audit(wb, dataset.id, folds=4, model="fake:succeed")
     record = audits.get_audit(wb, audit_id)
     assert record["state"] == audits.RUNNING and len(record["folds"]) == 4
+    with pytest.raises(InvalidState, match="not finished"):
+        audits.audit_issues(wb, audit_id)
     assert all(f["status"] == QUEUED for f in record["folds"])
     from workbench.services import runs
 
@@ -94,16 +85,15 @@ def test_bad_audits_are_refused_before_anything_is_queued(wb, tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(wb, tmp_path):
-    records = distinct(classification_records(150))
-    flipped = _flip(records, 15)
-    dataset = _import(wb, tmp_path, records)
+def test_an_audit_finds_flipped_labels_and_saves_a_corrected_copy(review_audit, review_audit_wb):
+    # 150 reviews, every 15th label flipped, audited in 3 folds of the packaged MiniLM (tests/audit_support.py)
+    wb, flipped, audit_id = review_audit_wb, list(review_audit.flipped), review_audit.audit_id
+    dataset = datasets.get_dataset(wb, review_audit.dataset_id)
     original = Path(dataset.path) / "train.jsonl"
     before = hashlib.sha256(original.read_bytes()).hexdigest()
-    audit_id = audits.create_audit(wb, dataset.id, folds=3, train=PRETRAINED)
-    with pytest.raises(InvalidState, match="not finished"):
-        audits.audit_issues(wb, audit_id)
-    record = _finish(wb, audit_id)
+    record = audits.get_audit(wb, audit_id)
+    assert record["state"] == audits.FINISHED and len(record["folds"]) == 3
+    assert record["spec"]["train"] == PRETRAINED
     # each fold's run wrote a probability for every held-out example, rows summing to 1
     from workbench.services import runs
 

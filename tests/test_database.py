@@ -52,6 +52,9 @@ def test_deleting_a_dataset_keeps_its_runs_and_cascades_points(tmp_path):
 
 
 def test_postgres_upgrades_to_head(pg_url):
-    db = Database(pg_url)
-    assert "runs" in inspect(db.engine).get_table_names()
-    db.dispose()
+    from tests.queue_support import fresh_pg_database
+
+    with fresh_pg_database(pg_url) as url:  # not the shared test database: other tests may run meanwhile
+        db = Database(url)
+        assert "runs" in inspect(db.engine).get_table_names()
+        db.dispose()

@@ -8,43 +8,23 @@ import pytest
 
 from tests.browser.conftest import Server, screenshot
 from tests.browser.test_workbench_ui import wait_text
-from tests.tiny_models import classification_records, distinct, write_jsonl
-from storage.context import open_workbench
-from workbench.services import audits, datasets
-from storage.settings import Settings
 
 pytestmark = pytest.mark.browser
-PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last"}
 
 
 @pytest.fixture(scope="module")
-def audit_server(tmp_path_factory):
-    """A home with a finished audit of a set with 10 flipped labels (run here), then `workbench serve`."""
-    from jobs.worker import start_embedded_worker
+def audit_server(request, tmp_path_factory):
+    """`workbench serve` on a copy of the session's finished audit of 150 reviews with 10 flipped labels
+    (tests/audit_support.py: trained once, shared with tests/test_audits.py)."""
+    from tests.audit_support import assert_untouched, clone_home
     from tests.browser.conftest import chromium_path
 
-    chromium_path()
-    home = tmp_path_factory.mktemp("audit-home")
-    records = distinct(classification_records(150))
-    flipped = list(range(3, 150, 15))
-    for i in flipped:
-        records[i]["label"] = "neg" if records[i]["label"] == "pos" else "pos"
-    wb = open_workbench(Settings.from_env({}, home=str(home)))
-    try:
-        dataset = datasets.import_dataset(wb, write_jsonl(home / "reviews.jsonl", records), "text-classification",
-                                          name="reviews", validation_fraction=0.0, tokenizer=False)
-        audit_id = audits.create_audit(wb, dataset.id, folds=3, train=PRETRAINED)
-        worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
-        try:
-            assert audits.wait_for_audit(wb, audit_id, timeout=400)["state"] == audits.FINISHED
-        finally:
-            worker.stop()
-        issues = len(audits.audit_issues(wb, audit_id))
-    finally:
-        wb.close()
-    server = Server(home)
-    yield server, dataset.id, audit_id, issues
+    chromium_path()  # skip before the audit is trained when there is no browser
+    template = request.getfixturevalue("review_audit")
+    server = Server(clone_home(template, tmp_path_factory.mktemp("audit-home")))
+    yield server, template.dataset_id, template.audit_id, template.issues
     server.stop()
+    assert_untouched(template)
 
 
 def _open_panel(page, server, dataset_id: str) -> None:
