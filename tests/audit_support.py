@@ -63,9 +63,22 @@ def fingerprint(home: Path) -> dict[str, tuple[int, int]]:
             if p.is_file() and not p.name.startswith(DB_FILE)}
 
 
+def finish_audit(wb, audit_id: int) -> dict:
+    """Run the audit's folds on a worker thread of this process until the audit has finished."""
+    from jobs.worker import start_embedded_worker
+    from workbench.services import audits
+
+    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
+    try:
+        record = audits.wait_for_audit(wb, audit_id, timeout=540)
+    finally:
+        worker.stop()
+    assert record["state"] == audits.FINISHED, record
+    return record
+
+
 def build_review_audit(home: Path) -> ReviewAudit:
     """Import the 150 reviews (10 flipped), audit them in 3 folds on a worker thread, wait for the ranking."""
-    from jobs.worker import start_embedded_worker
     from storage.context import open_workbench
     from storage.settings import Settings
     from workbench.services import audits, datasets
@@ -77,12 +90,7 @@ def build_review_audit(home: Path) -> ReviewAudit:
         dataset = datasets.import_dataset(wb, write_jsonl(home / "reviews.jsonl", records), "text-classification",
                                           name="reviews", validation_fraction=0.0, tokenizer=False)
         audit_id = audits.create_audit(wb, dataset.id, folds=FOLDS, train=PRETRAINED)
-        worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
-        try:
-            record = audits.wait_for_audit(wb, audit_id, timeout=540)
-        finally:
-            worker.stop()
-        assert record["state"] == audits.FINISHED, record
+        finish_audit(wb, audit_id)
         issues = len(audits.audit_issues(wb, audit_id))
     finally:
         wb.close()

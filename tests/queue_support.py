@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import ProgrammingError
 
 from jobs.spec import DataSpec, RunSpec
 from storage.context import Workbench, open_workbench
@@ -39,7 +40,16 @@ def fresh_pg_database(url: str) -> Iterator[str]:
         yield base.set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for attempt in range(20):
+                try:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                    break
+                except ProgrammingError as exc:
+                    # FORCE may not end the server's own autovacuum worker on the new database (it belongs
+                    # to the superuser): it finishes in a moment, then the drop goes through.
+                    if "must be a member of the role" not in str(exc) or attempt == 19:
+                        raise
+                    time.sleep(0.5)
         admin.dispose()
 
 

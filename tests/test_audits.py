@@ -11,7 +11,7 @@ import pytest
 
 from jobs.engine import HELDOUT_FILE
 from storage.models import QUEUED
-from tests.audit_support import PRETRAINED  # fine-tuned folds of the packaged MiniLM (the audit's default model)
+from tests.audit_support import PRETRAINED, finish_audit  # fine-tuned folds of the packaged MiniLM (the audit's default model)
 from tests.tiny_models import classification_records, distinct, ner_records, write_jsonl
 from workbench.errors import ConfigError, InvalidState, NotFound
 from workbench.services import audits, datasets
@@ -20,19 +20,6 @@ from workbench.services import audits, datasets
 def _import(wb, tmp_path: Path, records: list[dict], task="text-classification", fraction=0.0):
     path = write_jsonl(tmp_path / f"{task}.jsonl", records)
     return datasets.import_dataset(wb, path, task, name="noisy", validation_fraction=fraction, tokenizer=False)
-
-
-def _finish(wb, audit_id: int) -> dict:
-    """Run the audit's folds on a worker thread of this process until the audit has finished."""
-    from jobs.worker import start_embedded_worker
-
-    worker = start_embedded_worker(wb, max_jobs=1, gpus=[])
-    try:
-        record = audits.wait_for_audit(wb, audit_id, timeout=540)
-    finally:
-        worker.stop()
-    assert record["state"] == audits.FINISHED, record
-    return record
 
 
 def _lines(path: Path) -> list[dict]:
@@ -152,7 +139,7 @@ def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
     audit_id = audits.create_audit(wb, dataset.id, folds=2, train={**PRETRAINED, "epochs": 8})
     code, out, err = cli("data", "audit-show", str(audit_id), "--json")
     assert code == 0 and json.loads(out)["state"] == audits.RUNNING and json.loads(out)["issues"] is None
-    record = _finish(wb, audit_id)
+    record = finish_audit(wb, audit_id)
     issues = audits.audit_issues(wb, audit_id)
     by_position = {row["position"]: row for row in issues}
     assert set(flipped) <= set(by_position), [(r["example"], r["given"], r["suggested"]) for r in issues]
