@@ -1,0 +1,1 @@
+"""Prediction and evaluation jobs over whole files (see ``jobs.predict.spec``)."""
