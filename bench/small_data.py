@@ -18,8 +18,9 @@ alone and is scored on the set's own test file:
   test file goes in as the run's ``predict_path``, which is never trained on nor used to pick a
   checkpoint.
 
-Each result goes to bench/results/small_data.json as soon as it exists, with its wall time and the
-load average; a result already there is not run again (an interrupted run resumes). ``--table``
+Each result goes to bench/results/small_data.json as soon as it exists, with its wall time, its CPU
+seconds and the cores' worth of un-niced CPU other processes took meanwhile (run other work under
+``nice -n 19`` beside it); a result already there is not run again (an interrupted run resumes). ``--table``
 prints the README table from the results and draws docs/small_data.png.
 """
 from __future__ import annotations
@@ -329,6 +330,32 @@ def order(only: list[str], sizes: list[str], seeds: list[int]) -> list[tuple[int
                                         only.index(c[1]), sizes.index(c[2])))
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(this process and its children's CPU seconds, the machine's un-niced CPU seconds) so far.
+
+    /proc/stat counts niced processes apart ("nice"): work started with ``nice -n 19`` beside a benchmark
+    yields the cores to it, while un-niced work shares them and makes its seconds overstate the time alone.
+    """
+    import resource
+
+    own = sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for field in ("ru_utime", "ru_stime"))
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, _nice, system = (int(v) for v in fields[:3])
+        machine = (user + system) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        machine = float("nan")
+    return own, machine
+
+
+def _contended(value: dict) -> bool:
+    """Timed while other un-niced work held a core's tenth or more (older entries: load average 3 or more)."""
+    if "others_cores" in value:
+        return value["others_cores"] >= 0.1
+    return value.get("load", 0) >= 3
+
+
 def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods: list[str]) -> None:
     sets = load_sets(data)
     results = _load()
@@ -340,14 +367,19 @@ def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods
             if key in results:
                 continue
             with tempfile.TemporaryDirectory() as work:
-                started = time.perf_counter()
+                started, (own_before, machine_before) = time.perf_counter(), _cpu_seconds()
                 out = RUNNERS[method](task, train, test, seed, Path(work))
                 seconds = time.perf_counter() - started
+                own_after, machine_after = _cpu_seconds()
             if out is None:
                 continue
             predicted, extra = out if isinstance(out, tuple) else (out, {})
             results[key] = {"score": round(score(task, predicted, test), 4), "seconds": round(seconds, 1),
-                            "n_train": len(train), "load": round(os.getloadavg()[0], 2), **extra}
+                            "n_train": len(train), "load": round(os.getloadavg()[0], 2),
+                            "cpu_s": round(own_after - own_before, 1),
+                            # cores' worth of un-niced CPU that other processes took meanwhile
+                            "others_cores": round(max(0.0, (machine_after - machine_before) - (own_after - own_before))
+                                                  / max(seconds, 1e-9), 2), **extra}
             log.info("%s: %s", key, results[key])
             _save(results)
 
@@ -376,16 +408,17 @@ def table(results: dict) -> str:
                 spread = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
                 seconds = statistics.mean(v["seconds"] for v in values)
                 seeds = f", {len(scores)} seeds" if len(scores) > 1 else ""
-                # † an earlier version's defaults (the entry says which); ‡ timed beside other work (load ≥ 3)
+                # † an earlier version's defaults (the entry says which); ‡ timed beside other work
                 marks = ("†" if any("previous_defaults" in v for v in values) else "") + (
-                    "‡" if any(v.get("load", 0) >= 3 for v in values) else "")
+                    "‡" if any(_contended(v) for v in values) else "")
                 row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s{seeds}){marks}")
             if any(c != "—" for c in row):
                 lines.append(f"| {size} | " + " | ".join(row) + " |")
         lines.append("")
     lines.append("† measured with an earlier version's defaults, not yet rerun (`previous_defaults` in the results file "
-                 "says what differed); ‡ timed while other work loaded the 2 cores (load average 3 or more), so "
-                 "its seconds overstate the time alone.")
+                 "says what differed); ‡ timed while other work shared the 2 cores (un-niced processes took a tenth of a "
+                 "core or more; for entries without `others_cores`, a load average of 3 or more), so its seconds "
+                 "overstate the time alone. Work niced to 19 beside a benchmark does not count.")
     return "\n".join(lines)
 
 
