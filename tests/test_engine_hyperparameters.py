@@ -91,7 +91,8 @@ def test_a_single_epoch_is_evaluated_once_at_the_end():
 
 @pytest.mark.parametrize("n,preset,epochs", [
     (270, "standard", 12),    # 34 steps an epoch at batch 8: 12 epochs reach the 400-step floor
-    (90, "standard", 30),     # 12 steps an epoch: the floor would need 34, capped at MAX_EPOCHS
+    (90, "standard", 34),     # 12 steps an epoch: 34 epochs reach the floor
+    (10, "standard", 100),    # 2 steps an epoch: the floor would need 200, capped at MAX_EPOCHS
     (1350, "standard", 3),    # 169 steps an epoch: 3 epochs are 507 steps, above the floor
     (2000, "quick", 1),       # quick on large data stays one epoch of its 2,000-example sample
     (100_000, "quick", 1),
@@ -101,12 +102,12 @@ def test_a_single_epoch_is_evaluated_once_at_the_end():
 def test_small_sets_get_enough_epochs_to_reach_the_step_floor(n, preset, epochs):
     import math
 
-    from jobs.hyperparameters import MIN_STEPS
+    from jobs.hyperparameters import MAX_EPOCHS, MIN_STEPS
 
     hp = resolve_hyperparameters(_spec(preset=preset, method="finetune"), SMALL, n)
     assert hp["epochs"] == epochs
     steps = math.ceil(n / hp["batch_size"]) * hp["epochs"]
-    assert steps >= MIN_STEPS[preset] or hp["epochs"] == 30
+    assert steps >= MIN_STEPS[preset] or hp["epochs"] == MAX_EPOCHS
 
 
 def test_a_raised_floor_stops_early_on_the_validation_score_and_says_why():
@@ -160,8 +161,8 @@ def test_setfit_hyperparameters_scale_pairs_with_the_data_within_a_budget():
 def test_a_small_data_run_evaluates_a_few_times_not_after_each_short_epoch():
     from jobs.hyperparameters import evaluations_during_training
 
-    tiny = resolve_hyperparameters(_spec(method="finetune"), SMALL, 29)  # 30 epochs of 4 steps
-    assert tiny["epochs"] == 30 and tiny["eval_steps"] == 24  # 120 steps, 5 evaluations
+    tiny = resolve_hyperparameters(_spec(method="finetune"), SMALL, 29)  # 100 epochs of 4 steps
+    assert tiny["epochs"] == 100 and tiny["eval_steps"] == 80  # 400 steps, 5 evaluations
     assert evaluations_during_training(tiny, 4) == 5
     selecting = resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=100)
     assert selecting["eval_steps"] == 46 and evaluations_during_training(selecting, 113) == 9

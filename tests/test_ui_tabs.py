@@ -177,9 +177,9 @@ def test_the_train_form_says_what_the_defaults_chose_for_a_small_dataset(wb):
     dataset = data_service.import_dataset(wb, data, "text-classification", tokenizer=False)
     spec = RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset.id), train=TrainSpec())
     facts = train_tab.model_facts(wb, spec)
-    assert "What the defaults chose: 54 examples: 30 epoch(s), 210 steps" in facts
+    assert "What the defaults chose: 54 examples: 58 epoch(s), 406 steps" in facts
     assert "the last one is kept" in facts and "27 examples per class: fine-tuning" in facts
-    assert "- **standard**: 30 epoch(s), 210 steps on 54 training examples" in facts
+    assert "- **standard**: 58 epoch(s), 406 steps on 54 training examples" in facts
     spec.train.method = "setfit"
     facts = train_tab.model_facts(wb, spec)
     assert "54 examples: SetFit, 135 steps of 16 text pairs" in facts and "- **standard**: SetFit, 135 steps" in facts
@@ -201,7 +201,7 @@ def test_run_header_and_table_put_the_baselines_beside_the_score(wb):
     assert "majority class 0.633 · TF-IDF + logistic regression 0.710" in view.header
     assert "⚠ This run did not learn: predicts &#x27;neg&#x27; for 100%" in view.header
     rows, _ = runs_tab.list_page(wb)
-    assert rows[0][5] == "⚠ accuracy 0.6330 (baseline 0.710)"
+    assert rows[0][6] == "⚠ accuracy 0.6330 (baseline 0.710)"
     assert runs_service.learned_warning(wb, run_id).startswith("did not learn")
     table = compare_tab.compare(wb, [run_id]).metrics
     assert table["Verdict"][0].startswith("did not learn") and "TF-IDF" in table["Baselines (same split)"][0]
