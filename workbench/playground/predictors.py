@@ -1,22 +1,25 @@
 """Prediction over a saved model folder, one code path per task, batch first.
 
 The post-processing (word grouping for NER/POS, answer spans for QA) is done
-by module-level pure functions over offsets, so it is unit-tested on hand-made
-inputs without a model. Inputs are validated before any model work; a bad
-input raises ``InvalidInput`` (HTTP 422 at the edge) with a message that says
-what shape was expected.
+by module-level pure functions over offsets, in ``jobs.inference`` where the
+prediction jobs share them, so it is unit-tested on hand-made inputs without a
+model. Inputs are validated before any model work; a bad input raises
+``InvalidInput`` (HTTP 422 at the edge) with a message that says what shape
+was expected.
 """
 from __future__ import annotations
 
 import copy
 import logging
-import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from jobs.inference import (  # noqa: F401 - re-exported: the playground's names for the shared functions
+    MASK_PLACEHOLDER, PASS_FLOATS, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, best_span, floats_per_token, group_entities,
+    replace_nth, rows_per_pass, softmax, split_words, word_ids_from_offsets, word_labels)
 from jobs.setfit_method import is_setfit_model, load_classifier
 from workbench.errors import ConfigError
 
@@ -28,14 +31,8 @@ KINDS = (TEXT, PAIR, TOKENS, QA, MLM)
 MAX_BATCH = 64
 MAX_CHARS = 20_000
 MAX_MASKS = 5  # fills per text: each candidate repeats the whole text, so they are bounded too
-TOP_K = 5
-MASK_PLACEHOLDER = "[MASK]"
-QA_STRIDE, QA_MAX_ANSWER_TOKENS = 128, 30
 MODEL_LIMIT = 512  # the most tokens a playground reads per input, whatever the run says
 MAX_TOKENS = 64 * MODEL_LIMIT  # tokens per request after truncation, unless the server says otherwise
-# Activations one forward pass may hold, in float32 values: a pass takes as many rows as fit, counting per
-# token four intermediate-width activations plus the output (the vocabulary for a masked LM).
-PASS_FLOATS = 32 * 2**20
 
 
 class InvalidInput(ConfigError):
@@ -110,114 +107,12 @@ def normalize_inputs(kind: str, raw: Any) -> tuple[list[dict[str, str]], bool]:
     return [_one(kind, raw, "inputs")], False
 
 
-# ---------------------------------------------------------------- pure post-processing
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    z = x - x.max(axis=axis, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-_WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-
-
-def split_words(text: str) -> list[tuple[int, int]]:
-    """Character spans of words, with punctuation as words of its own (as CoNLL-style data is tokenized)."""
-    return [m.span() for m in _WORD.finditer(text)]
-
-
-def word_ids_from_offsets(offsets: Sequence[tuple[int, int]], words: Sequence[tuple[int, int]]) -> list[Optional[int]]:
-    """For each sub-token, the index of the word its characters fall in; None for special tokens."""
-    out: list[Optional[int]] = []
-    w = 0
-    for start, end in offsets:
-        if start == end:
-            out.append(None)
-            continue
-        while w < len(words) and words[w][1] <= start:
-            w += 1
-        out.append(w if w < len(words) and words[w][0] < end else None)
-    return out
-
-
-def word_labels(word_ids: Sequence[Optional[int]], token_label_ids: Sequence[int], token_scores: Sequence[float],
-                n_words: int) -> list[Optional[tuple[int, float]]]:
-    """(label id, score) per word, taken from its FIRST sub-token — the sub-token training labelled."""
-    out: list[Optional[tuple[int, float]]] = [None] * n_words
-    for position, word in enumerate(word_ids):
-        if word is not None and word < n_words and out[word] is None:
-            out[word] = (int(token_label_ids[position]), float(token_scores[position]))
-    return out
-
-
-def _split_tag(tag: str) -> tuple[str, str]:
-    """('B', 'PER') for 'B-PER'; ('', 'NOUN') for a plain tag such as a POS tag."""
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
-        return tag[0], tag[2:]
-    return "", tag
-
-
-def group_entities(text: str, words: Sequence[tuple[int, int]], labels: Sequence[Optional[tuple[str, float]]]
-                   ) -> list[dict[str, Any]]:
-    """Merge labelled words into spans: B-X I-X I-X is one X entity; a plain tag (POS) is one span per word.
-
-    ``O`` words and words without a prediction (truncated) are left out; a span's
-    score is the mean of its words' scores.
-    """
-    spans: list[dict[str, Any]] = []
-    current: Optional[dict[str, Any]] = None
-    for (start, end), label in zip(words, labels):
-        if label is None or label[0] in ("O", ""):
-            current = None
-            continue
-        prefix, kind = _split_tag(label[0])
-        continues = (current is not None and prefix in ("I", "E", "L") and current["entity"] == kind)
-        if continues:
-            current["end"] = end
-            current["scores"].append(label[1])
-        else:
-            current = {"entity": kind, "start": start, "end": end, "scores": [label[1]]}
-            spans.append(current)
-        if prefix in ("E", "L", "S", "U", ""):
-            current = None
-    return [{"entity": s["entity"], "word": text[s["start"]:s["end"]], "start": s["start"], "end": s["end"],
-             "score": round(float(np.mean(s.pop("scores"))), 4)} for s in spans]
-
-
-def best_span(start_logits: np.ndarray, end_logits: np.ndarray, context_mask: np.ndarray,
-              max_answer_tokens: int = QA_MAX_ANSWER_TOKENS) -> tuple[int, int, float, float]:
-    """Best (start token, end token, score, null score) of one QA feature.
-
-    Probabilities are a softmax over the context tokens plus the first ([CLS])
-    token; the score of a span is p(start) * p(end), the null score is that of
-    ([CLS], [CLS]). Spans run forward and are at most ``max_answer_tokens`` long.
-    """
-    allowed = context_mask.astype(bool).copy()
-    allowed[0] = True
-    masked_start = np.where(allowed, start_logits, -1e9)
-    masked_end = np.where(allowed, end_logits, -1e9)
-    p_start, p_end = softmax(masked_start), softmax(masked_end)
-    null = float(p_start[0] * p_end[0])
-    ctx = context_mask.astype(bool)
-    scores = np.outer(np.where(ctx, p_start, 0.0), np.where(ctx, p_end, 0.0))
-    scores = np.triu(scores) - np.triu(scores, k=max_answer_tokens)
-    if scores.max() <= 0:
-        return 0, 0, 0.0, null
-    s, e = np.unravel_index(int(np.argmax(scores)), scores.shape)
-    return int(s), int(e), float(scores[s, e]), null
-
-
 # ---------------------------------------------------------------- the predictor
 
 _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", PAIR: "AutoModelForSequenceClassification",
                   TOKENS: "AutoModelForTokenClassification", QA: "AutoModelForQuestionAnswering",
                   MLM: "AutoModelForMaskedLM"}
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def rows_per_pass(length: int, floats_per_token: int, budget: Optional[int] = None) -> int:
-    """How many rows of ``length`` tokens one forward pass takes to hold about ``budget`` (``PASS_FLOATS``) floats."""
-    return max(1, (budget or PASS_FLOATS) // max(1, length * floats_per_token))
 
 
 def eager_twin(model):
@@ -271,10 +166,8 @@ class Predictor:
         self.doc_stride = min(doc_stride or QA_STRIDE, self.max_length // 3)
         self.id2label = {int(k): v for k, v in (config.id2label or {}).items()}
         self.multi_label = config.problem_type == "multi_label_classification"
-        hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", 768)
-        intermediate = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None) or 4 * hidden
         outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
-        self.floats_per_token = 4 * int(intermediate) + int(outputs)
+        self.floats_per_token = floats_per_token(config, outputs)
         self._tok_lock = threading.Lock()
         self._twin_lock = threading.Lock()
         self._eager = None
@@ -425,12 +318,8 @@ class Predictor:
                 for token_id, p in zip(top, probs):
                     token = self.tokenizer.decode([int(token_id)]).strip()
                     candidates.append({"token": token, "score": round(float(p), 6),
-                                       "sequence": _replace_nth(item["text"], MASK_PLACEHOLDER, n, token)})
+                                       "sequence": replace_nth(item["text"], MASK_PLACEHOLDER, n, token)})
                 masks.append({"mask": n, "candidates": candidates})
             out.append({"text": item["text"], "masks": masks})
         return out
 
-
-def _replace_nth(text: str, needle: str, n: int, replacement: str) -> str:
-    parts = text.split(needle)
-    return needle.join(parts[:n + 1]) + replacement + needle.join(parts[n + 1:])
