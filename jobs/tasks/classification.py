@@ -158,7 +158,8 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
     multi_label = hp.get("multi_label")
     if multi_label is None:
         multi_label = is_multi_label(train)
-    names = collect_labels(train, multi_label)
+    # an evaluation (jobs.predict.evaluate) passes the trained model's labels: ids must be the model's
+    names = list(hp["model_labels"]) if hp.get("model_labels") else collect_labels(train, multi_label)
     label2id = {n: i for i, n in enumerate(names)}
     use_tt = model_uses_token_type_ids(tokenizer, config)
     kwargs = dict(tokenizer=tokenizer, max_length=hp["max_length"], label2id=label2id, multi_label=multi_label,

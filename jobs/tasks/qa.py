@@ -198,6 +198,8 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
     eval_full = to_ds(validation).map(build_features, batched=True, fn_kwargs={**kwargs, "with_labels": True},
                                       remove_columns=["id", "context", "question", "answers"])
     allow_null = any(not r["answers"]["text"] for r in train + validation)
+    if hp.get("allow_null") is not None:  # an evaluation (jobs.predict.evaluate) knows whether the model abstains
+        allow_null = bool(hp["allow_null"])
     return Prepared(
         train_dataset=keep_columns(train_ds, labelled), eval_dataset=keep_columns(eval_full, labelled),
         collator=DataCollatorWithPadding(tokenizer), validation_records=validation,

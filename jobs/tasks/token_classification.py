@@ -181,6 +181,8 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
         raise TrainingError("token classification needs a fast tokenizer (for word_ids)",
                             "choose a model that ships a tokenizer.json")
     names = sorted({t for r in train for t in r["tags"]}, key=lambda t: (t != "O", t[2:], t))
+    if hp.get("model_labels"):  # an evaluation (jobs.predict.evaluate): the trained model's tags, in its order
+        names = list(hp["model_labels"])
     label2id = {n: i for i, n in enumerate(names)}
     bio = is_bio(names)
     kwargs = dict(tokenizer=tokenizer, max_length=hp["max_length"], label2id=label2id,

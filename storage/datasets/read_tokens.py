@@ -100,11 +100,13 @@ def _column_count_error(name: str, number: int, line: str, count: int, separator
               f"(line {first_line}) has {first_count} {first_separator}-separated ones", line=number, hint=hint)
 
 
-def read_conll(stream: TextIO, name: str, log: ProblemLog, found: dict | None = None) -> Iterator[Record]:
+def read_conll(stream: TextIO, name: str, log: ProblemLog, found: dict | None = None, *,
+               tags_optional: bool = False) -> Iterator[Record]:
     """CoNLL: columns split by tabs (or spaces when a line has no tab); ``-DOCSTART-`` lines are skipped.
 
     Every line must have as many columns as the first one: in a TOKEN<TAB>TAG file a stray
-    ``Berlin B-LOC extra junk`` would otherwise be read with the tag ``junk``.
+    ``Berlin B-LOC extra junk`` would otherwise be read with the tag ``junk``. With ``tags_optional``
+    (a prediction job's input) a file of one token per line is read too, and its records have no ``tags``.
     """
     if found is not None:
         found["columns"] = {"tokens": "first column", "tags": "last column"}
@@ -119,11 +121,12 @@ def read_conll(stream: TextIO, name: str, log: ProblemLog, found: dict | None = 
         if not line.strip() or line.startswith("-DOCSTART-"):
             if tokens and not broken:
                 sentences += 1
-                yield _sentence(name, lines[0], tokens, tags, log, lines)
+                yield _untagged(_sentence(name, lines[0], tokens, tags, log, lines), first)
             tokens, tags, lines, broken = [], [], [], False
             continue
         parts = line.split("\t") if "\t" in line else line.split()
-        if len(parts) < 2 or not parts[-1].strip() or not parts[0].strip():
+        bare = tags_optional and len(parts) == 1 and bool(parts[0].strip())  # a token without a tag
+        if not bare and (len(parts) < 2 or not parts[-1].strip() or not parts[0].strip()):
             log.error(name, f"expected a token and a tag separated by a tab, found {line!r}", line=number,
                       hint="write one token per line as TOKEN<TAB>TAG, and a blank line between sentences")
             broken = True
@@ -136,13 +139,20 @@ def read_conll(stream: TextIO, name: str, log: ProblemLog, found: dict | None = 
             broken = True
             continue
         tokens.append(parts[0].strip())
-        tags.append(parts[-1].strip())
+        tags.append("" if bare else parts[-1].strip())
         lines.append(number)
     if tokens and not broken:
         sentences += 1
-        yield _sentence(name, lines[0], tokens, tags, log, lines)
+        yield _untagged(_sentence(name, lines[0], tokens, tags, log, lines), first)
     if sentences == 0 and not log.has_errors:
         log.error(name, "the file contains no sentences", hint="write one TOKEN<TAB>TAG per line")
+
+
+def _untagged(record: Record, first: tuple[int, int, str] | None) -> Record:
+    """A sentence of a file with one column (tokens only, read with ``tags_optional``) has no ``tags``."""
+    if first is None or first[1] > 1:
+        return record
+    return record._replace(data={"tokens": record.data["tokens"]})
 
 
 def read_jsonl(stream: TextIO, name: str, columns: ColumnMapping | None, log: ProblemLog,
