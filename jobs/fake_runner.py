@@ -12,6 +12,10 @@ The behaviour is chosen by the run's model name, so one queue can mix them:
     fake:raise            raises ValueError
     fake:hang             sleeps without ever checking for a cancel (to test the kill after a timeout)
 
+A prediction job runs the real ``jobs.predict.job.predict_file`` (reading, chunks, resume, output) with
+``LengthPredictor`` in place of a model (``fake_predict``); it sleeps ``FAKE_PREDICT_SECONDS_PER_CHUNK``
+seconds (default 0) after each chunk, so a test can kill it between chunks.
+
 ``python -m jobs.fake_runner RUN_ID --attempt N`` is the subprocess form
 (``fake_subprocess_runner()``); ``InProcessRunner`` runs the same in a thread for
 tests that only exercise the queue. When ``FAKE_RUNNER_LOG`` is set, every
@@ -30,6 +34,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from jobs import run_job
+from jobs.predict.job import predict_file
+from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled, Reporter
 from jobs.runner import Launch, SubprocessRunner
 from jobs.spec import RunSpec
@@ -109,6 +115,27 @@ def fake_train(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: s
     return metrics
 
 
+class LengthPredictor:
+    """A torch-free text classifier for queue tests: "long" for a text over 20 characters, else "short"."""
+
+    task, labels, batch_size = "text-classification", ("long", "short"), 16
+
+    def predict(self, rows: list[dict]) -> list[dict]:
+        out = []
+        for row in rows:
+            label = "long" if len(row["text"]) > 20 else "short"
+            out.append({"label": label, "score": 1.0, "scores": {name: float(name == label) for name in self.labels}})
+        return out
+
+
+def fake_predict(spec: PredictSpec, model: ModelRef, output_dir: Path, reporter: Reporter, *,
+                 device: str = "auto") -> Mapping[str, Any]:
+    """A prediction job through the real chunked writer, with ``LengthPredictor`` for the model."""
+    _record_execution(Path(output_dir))
+    pause = float(os.environ.get("FAKE_PREDICT_SECONDS_PER_CHUNK") or 0)
+    return predict_file(spec, LengthPredictor(), output_dir, reporter, after_chunk=lambda _k: time.sleep(pause))
+
+
 def fake_subprocess_runner() -> SubprocessRunner:
     """A real subprocess per run, with fake training inside."""
     return SubprocessRunner(module="jobs.fake_runner")
@@ -135,7 +162,7 @@ class InProcessRunner:
         result: list[int] = []
 
         def target() -> None:
-            result.append(run_job.execute(self.wb, job.run_id, job.attempt, fake_train))
+            result.append(run_job.execute(self.wb, job.run_id, job.attempt, fake_train, predict_fn=fake_predict))
 
         thread = threading.Thread(target=target, name=f"fake-run-{job.run_id}", daemon=True)
         thread.start()
@@ -143,4 +170,4 @@ class InProcessRunner:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job.main(train_fn=fake_train))
+    sys.exit(run_job.main(train_fn=fake_train, predict_fn=fake_predict))

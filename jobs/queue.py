@@ -26,7 +26,8 @@ from jobs.spec import RunSpec
 from jobs.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
 from storage.errors import InvalidState, NotFound
-from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, Run, Sweep, Worker, utcnow
+from storage.models import (CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, Run, Sweep, Worker,
+                            utcnow)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class ClaimedRun:
     attempt: int
     spec: dict[str, Any]
     output_dir: str
+    kind: str = KIND_TRAIN  # storage.models.RUN_KINDS: what the spec describes
 
 
 def new_worker_id() -> str:
@@ -69,6 +71,22 @@ def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Option
         return run.id
 
 
+def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *, parent_run_id: int, task: str,
+               model: str, name: str = "", dataset_id: Optional[str] = None, priority: int = 0) -> int:
+    """Insert a queued job of another kind than training (a prediction or an evaluation with a
+    ``jobs.predict.spec.PredictSpec`` as ``spec``) that puts run ``parent_run_id``'s model to work.
+    It is claimed, leased, cancelled and resumed like any run; its files live in ``runs_dir/<id>``."""
+    if kind not in RUN_KINDS or kind == KIND_TRAIN:
+        raise ValueError(f"submit_job queues prediction or evaluation jobs, not {kind!r}")
+    with db.session() as session:
+        run = Run(name=name, kind=kind, task=task, model=model, status=QUEUED, spec=dict(spec),
+                  dataset_id=dataset_id, parent_run_id=parent_run_id, priority=priority)
+        session.add(run)
+        session.flush()
+        run.output_dir = str(Path(runs_dir) / str(run.id))
+        return run.id
+
+
 def claim(db: Database, worker_id: str, now: Optional[dt.datetime] = None,
           only: Optional[Iterable[int]] = None) -> Optional[ClaimedRun]:
     """Atomically take the best queued run for ``worker_id`` (among ``only`` when given), or None."""
@@ -84,13 +102,13 @@ def claim(db: Database, worker_id: str, now: Optional[dt.datetime] = None,
             .where(Run.id == pick.scalar_subquery(), Run.status == QUEUED)
             .values(status=RUNNING, worker_id=worker_id, attempts=Run.attempts + 1, heartbeat_at=now,
                     started_at=now, finished_at=None, pid=None, error=None, error_detail=None)
-            .returning(Run.id, Run.attempts, Run.spec, Run.output_dir)
+            .returning(Run.id, Run.attempts, Run.spec, Run.output_dir, Run.kind)
             .execution_options(synchronize_session=False))
     with db.session() as session:
         row = session.execute(stmt).first()
     if row is None:
         return None
-    return ClaimedRun(id=row.id, attempt=row.attempts, spec=row.spec, output_dir=row.output_dir)
+    return ClaimedRun(id=row.id, attempt=row.attempts, spec=row.spec, output_dir=row.output_dir, kind=row.kind)
 
 
 def set_launched(db: Database, run_id: int, attempt: int, pid: int, device: str) -> None:

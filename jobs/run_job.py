@@ -3,14 +3,17 @@
 It opens the database from the ``WORKBENCH_*`` environment the worker passed
 down, resolves the run's data files and parent model, trains through
 ``jobs.engine.run_training`` with a database-backed reporter, and records the
-outcome itself (conditional on still owning the attempt). The exit code tells
-the worker what happened; a process that dies without recording anything (a
-segfault, the OOM killer) is recorded by the worker from its exit signal.
+outcome itself (conditional on still owning the attempt). A run of kind
+"predict" or "evaluate" instead puts its parent run's model to work through
+``jobs.predict`` (see ``jobs.predict.spec``), with the same outcomes. The exit
+code tells the worker what happened; a process that dies without recording
+anything (a segfault, the OOM killer) is recorded by the worker from its exit signal.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -23,6 +26,7 @@ from sqlalchemy import delete, select, tuple_, update
 
 from jobs import queue
 from jobs.failures import describe_exception, is_peer_loss, log_tail
+from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled
 from jobs.runner import PROCESS_LOG, die_with_launcher
 from jobs.spec import RunSpec
@@ -31,7 +35,8 @@ from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
 from storage.errors import TrainingError
-from storage.models import CANCELLED, FAILED, PRUNED, SUCCEEDED, Artifact, MetricPoint, Run
+from storage.models import (CANCELLED, FAILED, KIND_PREDICT, KIND_TRAIN, PRUNED, SUCCEEDED, Artifact, MetricPoint,
+                            Run)
 from storage.settings import Settings
 
 log = logging.getLogger("jobs.run_job")
@@ -40,6 +45,9 @@ EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED, EXIT_PRUNED = 0, 2, 
 WRITE_INTERVAL_S = 1.0
 
 TrainFn = Callable[..., Mapping[str, Any]]
+# predict_fn(spec, model, output_dir, reporter, device=...) and
+# evaluate_fn(spec, model, records_paths, output_dir, reporter, device=...): see jobs.predict.spec.
+JobFn = Callable[..., Mapping[str, Any]]
 
 
 def _is_rank_zero() -> bool:
@@ -219,15 +227,37 @@ def discard_incomplete_checkpoints(output_dir: Path) -> list[str]:
     return removed
 
 
-def _record_artifacts(session, run_id: int, output_dir: Path) -> None:
-    kinds = {"model": "model", "metrics.json": "metrics", "tables.json": "tables",
-             "predictions.jsonl": "predictions", "train.log": "log", "checkpoints": "checkpoint"}
+# What a training run leaves in its folder, by artifact kind.
+TRAIN_ARTIFACTS = {"model": "model", "metrics.json": "metrics", "tables.json": "tables",
+                   "predictions.jsonl": "predictions", "train.log": "log", "checkpoints": "checkpoint"}
+# A prediction or evaluation job's downloads: its metrics and tables, and every finished ``predictions.*`` file
+# at the top of its folder (the output of a prediction, ``predictions.jsonl`` of an evaluation). Files still
+# being written carry one of these suffixes and are never recorded.
+JOB_ARTIFACTS = {"metrics.json": "metrics", "tables.json": "tables"}
+UNFINISHED_SUFFIXES = (".part", ".tmp", ".partial")
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _job_outputs(output_dir: Path) -> dict[Path, str]:
+    """The files of a finished prediction or evaluation job that a user may download, by artifact kind."""
+    found = {output_dir / name: kind for name, kind in JOB_ARTIFACTS.items() if (output_dir / name).is_file()}
+    for path in sorted(output_dir.glob("predictions*")):
+        if path.is_file() and not path.name.endswith(UNFINISHED_SUFFIXES):
+            found[path] = "predictions"
+    return found
+
+
+def _record_artifacts(session, run_id: int, output_dir: Path, kind: str = KIND_TRAIN) -> None:
+    if kind == KIND_TRAIN:
+        found = {output_dir / name: art for name, art in TRAIN_ARTIFACTS.items() if (output_dir / name).exists()}
+    else:
+        found = _job_outputs(output_dir)
     session.execute(delete(Artifact).where(Artifact.run_id == run_id))
-    for name, kind in kinds.items():
-        path = output_dir / name
-        if path.exists():
-            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
-            session.add(Artifact(run_id=run_id, kind=kind, path=str(path), size_bytes=size))
+    for path, art in found.items():
+        session.add(Artifact(run_id=run_id, kind=art, path=str(path), size_bytes=_size(path)))
 
 
 def _final_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,16 +265,24 @@ def _final_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
     return dict(inner) if isinstance(inner, Mapping) else dict(result or {})
 
 
-def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
-    """Run one attempt of one run and record its outcome; returns the process exit code."""
+def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, predict_fn: Optional[JobFn] = None,
+            evaluate_fn: Optional[JobFn] = None) -> int:
+    """Run one attempt of one run and record its outcome; returns the process exit code.
+
+    The run's kind picks the work: training through ``train_fn``, a prediction through ``predict_fn``, an
+    evaluation through ``evaluate_fn`` (by default the real ones, imported only when needed). Cancel, a lost
+    lease and failures are recorded the same way for every kind."""
     with wb.db.session() as session:
         run = session.get(Run, run_id)
         if run is None or run.attempts != attempt:
             log.error("run %s attempt %s is not ours any more; nothing to do", run_id, attempt)
             return EXIT_ORPHANED
-        raw_spec, output_dir = dict(run.spec), Path(run.output_dir)
+        raw_spec, output_dir, kind = dict(run.spec), Path(run.output_dir), run.kind
         sweep_id, trial_number = run.sweep_id, run.trial_number
     output_dir.mkdir(parents=True, exist_ok=True)
+    if kind != KIND_TRAIN:
+        return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir,
+                            predict_fn or _real_prediction, evaluate_fn or _real_evaluation)
     if _is_rank_zero():
         discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
@@ -260,36 +298,112 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn) -> int:
         result = train_fn(spec, output_dir, reporter, device=wb.settings.device,
                           init_model_path=str(init_model) if init_model else None)
     except Cancelled:
-        reporter.flush()
-        if getattr(reporter, "pruned", False) and not reporter.orphaned:
-            # The sweep tells Optuna; the worker's slot is free as soon as this process exits.
-            queue.finish(wb.db, run_id, attempt, PRUNED, eta_seconds=None)
-            log.info("run %s pruned at step %s", run_id, reporter.pruned_at)
-            return EXIT_PRUNED
-        if reporter.orphaned:
-            log.warning("run %s: the worker is gone; stopped at a checkpoint for another worker to resume", run_id)
-            return EXIT_ORPHANED
-        if _is_rank_zero():
-            queue.finish(wb.db, run_id, attempt, CANCELLED, eta_seconds=None)
-        log.info("run %s cancelled at a checkpoint", run_id)
-        return EXIT_CANCELLED
+        return _stopped(wb, run_id, attempt, reporter)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the run
         log.exception("run %s failed", run_id)
         reporter.flush()
         _record_failure(wb, run_id, attempt, exc, spec, output_dir)
         return EXIT_FAILED
+    return _succeeded(wb, run_id, attempt, reporter, output_dir, result, KIND_TRAIN)
+
+
+def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: dict[str, Any], output_dir: Path,
+                 predict_fn: JobFn, evaluate_fn: JobFn) -> int:
+    """A prediction or evaluation: the model's run resolved into a ``ModelRef``, the work handed over."""
+    reporter = DbReporter(wb.db, run_id, attempt)
+    spec = None
+    try:
+        spec = PredictSpec.from_dict(raw_spec)
+        model = resolve_model(wb, spec.run_id)
+        if kind == KIND_PREDICT:
+            log.info("run %s attempt %s: predicting %s with run %s", run_id, attempt, spec.input_name
+                     or spec.input_path, spec.run_id)
+            result = predict_fn(spec, model, output_dir, reporter, device=wb.settings.device)
+        else:
+            records = [str(path) for path in dataset_files(wb.db, spec.dataset_id or "") if path is not None]
+            log.info("run %s attempt %s: evaluating run %s on dataset %s", run_id, attempt, spec.run_id,
+                     spec.dataset_id)
+            result = evaluate_fn(spec, model, records, output_dir, reporter, device=wb.settings.device)
+    except Cancelled:
+        return _stopped(wb, run_id, attempt, reporter)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the job
+        log.exception("run %s (%s) failed", run_id, kind)
+        reporter.flush()
+        _record_failure(wb, run_id, attempt, exc, spec, output_dir)
+        return EXIT_FAILED
+    return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
+
+
+def resolve_model(wb: Workbench, run_id: int) -> ModelRef:
+    """What a prediction needs of the model's run: its saved model, task, resolved hyper-parameters and labels.
+    A run deleted since the job was queued, or one without a model folder, fails the job with a sentence."""
+    with wb.db.session() as session:
+        row = session.execute(select(Run.task, Run.output_dir).where(Run.id == run_id)).first()
+    if row is None:
+        raise TrainingError(f"run {run_id}, whose model this job uses, no longer exists (it was deleted)",
+                            "queue the job again with another run's model")
+    model_dir = Path(row.output_dir or "") / "model"
+    if not row.output_dir or not model_dir.is_dir():
+        raise TrainingError(f"run {run_id} has no saved model ({model_dir} is missing)",
+                            "use a run that succeeded and still has its model folder")
+    return ModelRef(run_id=run_id, task=row.task, model_dir=str(model_dir),
+                    hyperparameters=_json_file(model_dir.parent / "metrics.json").get("hyperparameters") or {},
+                    labels=model_labels(model_dir))
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; ``{}`` when it is missing or unreadable (an older run wrote less)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def model_labels(model_dir: Path) -> tuple[str, ...]:
+    """The class or tag names of a saved model in its own order (``config.json``'s ``id2label``)."""
+    id2label = _json_file(model_dir / "config.json").get("id2label")
+    if not isinstance(id2label, dict):
+        return ()
+    try:
+        ordered = sorted(id2label.items(), key=lambda item: int(item[0]))
+    except (TypeError, ValueError):
+        return ()
+    return tuple(str(label) for _, label in ordered)
+
+
+def _stopped(wb: Workbench, run_id: int, attempt: int, reporter) -> int:
+    """The work stopped at a boundary it can resume from: pruned (a sweep's trial), handed over (the worker is
+    gone) or cancelled."""
+    reporter.flush()
+    if getattr(reporter, "pruned", False) and not reporter.orphaned:
+        # The sweep tells Optuna; the worker's slot is free as soon as this process exits.
+        queue.finish(wb.db, run_id, attempt, PRUNED, eta_seconds=None)
+        log.info("run %s pruned at step %s", run_id, reporter.pruned_at)
+        return EXIT_PRUNED
+    if reporter.orphaned:
+        log.warning("run %s: the worker is gone; stopped at a checkpoint for another worker to resume", run_id)
+        return EXIT_ORPHANED
+    if _is_rank_zero():
+        queue.finish(wb.db, run_id, attempt, CANCELLED, eta_seconds=None)
+    log.info("run %s cancelled at a checkpoint", run_id)
+    return EXIT_CANCELLED
+
+
+def _succeeded(wb: Workbench, run_id: int, attempt: int, reporter, output_dir: Path, result: Mapping[str, Any],
+               kind: str) -> int:
     reporter.flush()
     if _is_rank_zero():
         with wb.db.session() as session:
-            _record_artifacts(session, run_id, output_dir)
+            _record_artifacts(session, run_id, output_dir, kind)
         queue.finish(wb.db, run_id, attempt, SUCCEEDED, metrics=_final_metrics(result), progress=1.0,
                      eta_seconds=0.0)
     log.info("run %s succeeded", run_id)
     return EXIT_SUCCEEDED
 
 
-def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException, spec: Optional[RunSpec],
-                    output_dir: Path) -> None:
+def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException,
+                    spec: Optional[RunSpec | PredictSpec], output_dir: Path) -> None:
     """Record why this process failed. Under DDP any rank may: the one that crashed writes first (its
     peers only fail once it has exited and closed its connections), and ``queue.finish`` only ever
     writes while the run is active, so the first message stays. A rank that merely lost a peer records
@@ -298,8 +412,11 @@ def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException
     if world > 1 and is_peer_loss(exc):
         log.warning("rank %d of %d: lost a peer process; the launcher reports which one failed", rank, world)
         return
-    batch_size = spec.train.batch_size if spec else None
-    message = describe_exception(exc, batch_size=batch_size, model=spec.model if spec else "")
+    if isinstance(spec, RunSpec):
+        batch_size, model = spec.train.batch_size, spec.model
+    else:
+        batch_size, model = getattr(spec, "batch_size", None), ""
+    message = describe_exception(exc, batch_size=batch_size, model=model)
     if world > 1:
         message = f"rank {rank} of {world}: {message}"
     hint = getattr(exc, "hint", "")
@@ -313,7 +430,20 @@ def _real_training(*args, **kwargs):
     return run_training(*args, **kwargs)
 
 
-def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None) -> int:
+def _real_prediction(*args, **kwargs):
+    from jobs.predict.job import run_prediction  # torch too, only in the job's process
+
+    return run_prediction(*args, **kwargs)
+
+
+def _real_evaluation(*args, **kwargs):
+    from jobs.predict.evaluate import run_evaluation
+
+    return run_evaluation(*args, **kwargs)
+
+
+def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *,
+         predict_fn: Optional[JobFn] = None, evaluate_fn: Optional[JobFn] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.run_job", description=__doc__.splitlines()[0])
     parser.add_argument("run_id", type=int)
     parser.add_argument("--attempt", type=int, required=True)
@@ -329,7 +459,8 @@ def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None) -
     # The worker already migrated the schema; N training processes need not check it again.
     wb = Workbench(settings, Database(settings.database_url, migrate=False))
     try:
-        code = execute(wb, args.run_id, args.attempt, train_fn or _real_training)
+        code = execute(wb, args.run_id, args.attempt, train_fn or _real_training, predict_fn=predict_fn,
+                       evaluate_fn=evaluate_fn)
     finally:
         wb.close()
     # A rank's non-zero exit makes the launcher tear the others down and print a failure report; a

@@ -28,7 +28,7 @@ from jobs.spec import RunSpec
 from jobs.sweeps import SweepDriver
 from jobs.states import ACTIVE
 from storage.context import Workbench
-from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, Run, utcnow
+from storage.models import CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, Run, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +176,13 @@ class Worker:
 
     def _launch(self, claimed: queue.ClaimedRun, now: dt.datetime) -> None:
         free = self._free_gpus()
-        wanted = max(1, int(claimed.spec.get("gpus") or 1))
+        # A prediction or evaluation job is one process on one device: it has no data-parallel variant.
+        wanted = max(1, int(claimed.spec.get("gpus") or 1)) if claimed.kind == KIND_TRAIN else 1
         # A run gets the GPUs it asked for when free; fewer when others are busy (documented in the README, "GPUs").
         try:
-            spec = RunSpec.from_dict(claimed.spec)
             gpus = tuple(free[:wanted])
             job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,
-                         procs=1 if gpus else (spec.procs or self.procs))
+                         procs=1 if gpus else self._cpu_procs(claimed))
             env = {**os.environ, **self.wb.settings.as_env()}
             handle = self.runner.launch(job, env)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start fails; the worker goes on
@@ -192,6 +192,12 @@ class Worker:
             return
         self.slots[claimed.id] = Slot(job, handle)
         queue.set_launched(self.wb.db, claimed.id, claimed.attempt, handle.pid, job.device)
+
+    def _cpu_procs(self, claimed: queue.ClaimedRun) -> int:
+        """Processes of a CPU run: the spec's ``procs``, else the worker's; one for any other kind of job."""
+        if claimed.kind != KIND_TRAIN:
+            return 1
+        return RunSpec.from_dict(claimed.spec).procs or self.procs
 
     # -- lifetime ------------------------------------------------------------------------------
     def run_forever(self, stop: Optional[threading.Event] = None) -> None:

@@ -36,6 +36,12 @@ SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED = "running", "c
 SWEEP_FAILED = "failed"
 SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED, SWEEP_FAILED)
 
+# What a run does: trains a model (its spec is a jobs.spec.RunSpec), or puts a trained run's model to work
+# over a whole file (a jobs.predict.spec.PredictSpec; ``parent_run_id`` is the model's run). All three go
+# through the same queue, leases, cancel and crash resume.
+KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE = "train", "predict", "evaluate"
+RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE)
+
 
 class Dataset(Base):
     __tablename__ = "datasets"
@@ -68,6 +74,9 @@ class Run(Base):
     task: Mapped[str] = mapped_column(String(40))
     model: Mapped[str] = mapped_column(String(300))
     status: Mapped[str] = mapped_column(String(16), default=QUEUED)
+    # RUN_KINDS. A server default only (no Python one): rows written by code that predates the column, and
+    # inserts that do not name it, are training runs.
+    kind: Mapped[str] = mapped_column(String(16), server_default=KIND_TRAIN, nullable=False)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     # A deleted dataset must never fail or hide a run that used it.
     dataset_id: Mapped[Optional[str]] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"), nullable=True)
@@ -117,6 +126,8 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_status_priority", "status", "priority", "id"),
         Index("ix_runs_created_at", "created_at"),
+        # A run's prediction and evaluation jobs ("past jobs" of the run details), and a model's dependants.
+        Index("ix_runs_parent_kind", "parent_run_id", "kind"),
         # Two processes creating a run for the same trial: the second insert fails instead of doubling it.
         Index("ix_runs_sweep_trial", "sweep_id", "trial_number", unique=True),
         Index("ix_runs_audit_fold", "audit_id", "fold", unique=True),

@@ -14,6 +14,8 @@ from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 from storage.context import open_workbench
 from workbench.cli import emit, id_argument, runs_app
+from storage.models import KIND_TRAIN
+from workbench.services import predictions as predictions_service
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 
@@ -28,19 +30,22 @@ def _format_row(run: dict) -> str:
         metrics += f" (baseline {best:.4g}){mark}"
     progress = f"{run['progress'] * 100:5.1f}%"
     phase = fmt.phase_text(run)
-    return (f"{run['id']:>5}  {run['status']:<10} {progress}  {run['task']:<22} {run['model'][:30]:<30} {metrics}"
-            + (f"  [{phase}]" if phase else ""))
+    of_run = f"  (run {run['parent_run_id']})" if run["kind"] != KIND_TRAIN and run["parent_run_id"] else ""
+    return (f"{run['id']:>5}  {run['kind']:<8} {run['status']:<10} {progress}  {run['task']:<22} "
+            f"{run['model'][:30]:<30} {metrics}{of_run}" + (f"  [{phase}]" if phase else ""))
 
 
 @runs_app.command("list")
 def list_(status: Optional[str] = typer.Option(None, help="Only runs in this status (queued, running, ...)."),
           search: Optional[str] = typer.Option(None, help="Filter by name, model, task or dataset."),
+          kind: Optional[str] = typer.Option(None, help="Only training runs (train) or prediction/evaluation jobs "
+                                                        "(predict, evaluate)."),
           limit: int = typer.Option(100, help="At most this many runs, newest first."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON (a list of runs).")) -> None:
     """List runs, newest first."""
     with open_workbench() as wb:
-        rows = runs_service.list_runs(wb, status=status, search=search, limit=limit)
-    text = "\n".join([f"{'id':>5}  {'status':<10} {'done':>6}  {'task':<22} {'model':<30} metrics"]
+        rows = runs_service.list_runs(wb, status=status, search=search, limit=limit, kind=kind)
+    text = "\n".join([f"{'id':>5}  {'kind':<8} {'status':<10} {'done':>6}  {'task':<22} {'model':<30} metrics"]
                      + [_format_row(r) for r in rows]) if rows else "no runs"
     emit(rows, as_json, text)
 
@@ -51,8 +56,15 @@ def show(run_id: int = id_argument("run"),
     """Everything about one run: status, progress, metrics, error."""
     with open_workbench() as wb:
         run = runs_service.get_run(wb, run_id)
-    lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, step {run['step']}/{run['total_steps']})",
-             f"task {run['task']}, model {run['model']}, device {run['device'] or '-'}, attempts {run['attempts']}"]
+        if run["kind"] != KIND_TRAIN:
+            run["outputs"] = [str(p) for p in predictions_service.job_outputs(wb, run_id)]
+    if run["kind"] == KIND_TRAIN:
+        lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, "
+                 f"step {run['step']}/{run['total_steps']})"]
+    else:
+        lines = _job_lines(run)
+    lines.append(f"task {run['task']}, model {run['model']}, device {run['device'] or '-'}, "
+                 f"attempts {run['attempts']}")
     phase = fmt.phase_text(run)
     if phase:
         lines.append(f"now: {phase}")
@@ -67,6 +79,22 @@ def show(run_id: int = id_argument("run"),
     if run["error"]:
         lines.append(f"error: {run['error']}")
     emit(run, as_json, "\n".join(lines))
+
+
+def _job_lines(run: dict) -> list[str]:
+    """What a prediction or evaluation job adds: its model's run, what it reads, rows done and its files."""
+    spec = run.get("spec") or {}
+    parent = run["parent_run_id"] or spec.get("run_id")
+    lines = [f"job {run['id']} ({run['kind']} with the model of run {parent}): {run['status']} "
+             f"({run['progress'] * 100:.1f}%, {run['step']}/{run['total_steps']} rows)"]
+    if run["kind"] == "predict":
+        lines.append(f"input: {spec.get('input_name') or spec.get('input_path')} "
+                     f"({spec.get('input_format') or 'detected'}), output format {spec.get('output_format')}")
+    else:
+        lines.append(f"test set: dataset {run['dataset_id'] or spec.get('dataset_id')}"
+                     + (f" ({run['dataset']})" if run.get("dataset") else ""))
+    lines += ["outputs:"] + [f"  {path}" for path in run["outputs"]] if run["outputs"] else []
+    return lines
 
 
 @runs_app.command()

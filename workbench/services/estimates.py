@@ -24,7 +24,7 @@ from sqlalchemy import select
 from jobs import catalogue, hyperparameters
 from jobs.spec import RunSpec
 from storage.context import Workbench
-from storage.models import SUCCEEDED, Dataset, Run
+from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +109,11 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
 
 def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "finetune") -> list[dict[str, Any]]:
     """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``
-    trained with ``method`` (a SetFit run's time says nothing about fine-tuning's)."""
+    trained with ``method`` (a SetFit run's time says nothing about fine-tuning's, and a prediction or
+    evaluation job of the same model says nothing about training)."""
     stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at)
             .outerjoin(Dataset, Run.dataset_id == Dataset.id)
-            .where(Run.status == SUCCEEDED, Run.model == model, Run.task == task)
+            .where(Run.status == SUCCEEDED, Run.kind == KIND_TRAIN, Run.model == model, Run.task == task)
             .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
     found = []
     with wb.db.session() as session:

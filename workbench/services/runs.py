@@ -23,16 +23,16 @@ from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, TERMINAL
 from storage.context import Workbench
-from storage.models import QUEUED, SUCCEEDED, Dataset, MetricPoint, Run
+from storage.models import KIND_TRAIN, QUEUED, RUN_KINDS, SUCCEEDED, Dataset, MetricPoint, Run
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 
 log = logging.getLogger(__name__)
 
 # Columns of the runs table view: everything a row shows, nothing it does not (no spec, no error_detail).
-_LIST_COLUMNS = (Run.id, Run.name, Run.status, Run.task, Run.model, Run.progress, Run.step, Run.total_steps,
-                 Run.epoch, Run.eta_seconds, Run.phase, Run.phase_done, Run.phase_total, Run.metrics, Run.error,
-                 Run.device, Run.attempts, Run.created_at, Run.started_at, Run.finished_at, Run.dataset_id,
-                 Run.sweep_id, Run.trial_number)
+_LIST_COLUMNS = (Run.id, Run.name, Run.kind, Run.parent_run_id, Run.status, Run.task, Run.model, Run.progress,
+                 Run.step, Run.total_steps, Run.epoch, Run.eta_seconds, Run.phase, Run.phase_done, Run.phase_total,
+                 Run.metrics, Run.error, Run.device, Run.attempts, Run.created_at, Run.started_at, Run.finished_at,
+                 Run.dataset_id, Run.sweep_id, Run.trial_number)
 _ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
            "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress, "sweep": Run.sweep_id}
 # "sweep" groups: a sweep's trials together in trial order, newest sweep first, runs of no sweep after.
@@ -101,9 +101,11 @@ def run_estimate(wb: Workbench, spec: RunSpec) -> Optional[dict[str, Any]]:
 
 def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str] = None,
               order_by: str = "-created_at", limit: int = 100, offset: int = 0,
-              sweep_id: Optional[int] = None) -> list[dict[str, Any]]:
+              sweep_id: Optional[int] = None, kind: Optional[str] = None) -> list[dict[str, Any]]:
     """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest);
-    ``sweep_id`` keeps only that sweep's trials."""
+    ``sweep_id`` keeps only that sweep's trials, ``kind`` only training runs or prediction/evaluation jobs."""
+    if kind is not None and kind not in RUN_KINDS:
+        raise ConfigError(f"kind must be one of {', '.join(RUN_KINDS)}, not {kind!r}")
     descending = order_by.startswith("-")
     column = _ORDERS.get(order_by.lstrip("-"))
     if column is None:
@@ -113,6 +115,8 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
         stmt = stmt.where(Run.status == status)
     if sweep_id is not None:
         stmt = stmt.where(Run.sweep_id == sweep_id)
+    if kind is not None:
+        stmt = stmt.where(Run.kind == kind)
     if search:
         # autoescape: `%` and `_` in the search are characters to find, not LIKE wildcards.
         text = search.lower()
@@ -190,7 +194,9 @@ def retry_run(wb: Workbench, run_id: int) -> int:
     with wb.db.session() as session:
         run = _require(session, run_id)
         sweep_id, status = run.sweep_id, run.status
-        dataset_id = ((run.spec or {}).get("data") or {}).get("dataset_id")
+        if run.kind != KIND_TRAIN:
+            _job_retry_checks(session, run)
+        dataset_id = ((run.spec or {}).get("data") or {}).get("dataset_id") or run.dataset_id
         if sweep_id is None and dataset_id:
             _require_dataset(session, dataset_id)
     if sweep_id is not None:
@@ -199,6 +205,26 @@ def retry_run(wb: Workbench, run_id: int) -> int:
         raise InvalidState(f"cannot retry run {run_id}: {refused_retry_reason(status)}")
     queue.requeue(wb.db, run_id)
     return run_id
+
+
+def _job_retry_checks(session, job: Run) -> None:
+    """A prediction or evaluation job goes back to the queue as it is (it resumes from its last finished
+    chunk); refused when what it reads is gone: its model's run, or the kept input file."""
+    model_run = (job.spec or {}).get("run_id")
+    if job.parent_run_id is None or session.get(Run, job.parent_run_id) is None:
+        raise InvalidState(f"cannot retry job {job.id}: run {model_run}, whose model it uses, was deleted")
+    input_path = (job.spec or {}).get("input_path")
+    if input_path and not Path(input_path).is_file():
+        raise InvalidState(f"cannot retry job {job.id}: its input file {input_path} is gone; queue a new "
+                           "prediction with the file")
+
+
+def _training_spec(run: Run, verb: str) -> dict[str, Any]:
+    """The training spec of ``run`` for a clone or a continuation; a prediction or evaluation job has none."""
+    if run.kind != KIND_TRAIN:
+        raise InvalidState(f"cannot {verb} run {run.id}: it is a {run.kind} job, not a training run; queue a new "
+                           f"{run.kind} job instead")
+    return dict(run.spec)
 
 
 def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,7 +241,7 @@ def clone_run(wb: Workbench, run_id: int, changes: Mapping[str, Any] | None = No
     """A new queued run with the spec of ``run_id`` and ``changes`` applied, nested like the spec:
     ``{"train": {"learning_rate": 1e-5}, "model": "bert-base-uncased"}``."""
     with wb.db.session() as session:
-        spec = dict(_require(session, run_id).spec)
+        spec = _training_spec(_require(session, run_id), "clone")
     return submit_run(wb, RunSpec.from_dict(_merge(spec, changes or {})), parent_run_id=run_id)
 
 
@@ -230,10 +256,10 @@ def continue_run(wb: Workbench, run_id: int, extra_epochs: float) -> int:
         raise ConfigError("the number of extra epochs must be positive")
     with wb.db.session() as session:
         run = _require(session, run_id)
+        spec = _training_spec(run, "continue")
         if run.status != SUCCEEDED:
             raise InvalidState(f"run {run_id} is {run.status}; only a succeeded run can be continued "
                                "(retry a failed or cancelled one instead)")
-        spec = dict(run.spec)
         name = run.name or f"run {run_id}"
     changes = {"init_from_run": run_id, "name": f"{name} (+{extra_epochs:g} epochs)",
                "train": {"epochs": extra_epochs, "warmup_ratio": 0.0, "max_steps": None}}
@@ -247,11 +273,16 @@ def delete_run(wb: Workbench, run_id: int) -> None:
         run = _require(session, run_id)
         if run.status in ACTIVE:
             raise InvalidState(f"run {run_id} is {run.status}; cancel it first, then delete it")
-        dependants = [r.id for r in session.execute(select(Run.id, Run.spec).where(
-            Run.status.in_((QUEUED, *ACTIVE)), Run.id != run_id)) if (r.spec or {}).get("init_from_run") == run_id]
+        waiting = session.execute(select(Run.id, Run.spec, Run.kind, Run.parent_run_id).where(
+            Run.status.in_((QUEUED, *ACTIVE)), Run.id != run_id)).all()
+        dependants = [r.id for r in waiting if (r.spec or {}).get("init_from_run") == run_id]
         if dependants:
             raise InvalidState(f"run {run_id} is the starting model of run(s) {', '.join(map(str, dependants))}; "
                                "wait for them or cancel them first")
+        jobs = [r.id for r in waiting if r.kind != KIND_TRAIN and r.parent_run_id == run_id]
+        if jobs:
+            raise InvalidState(f"run {run_id}'s model is used by queued or running job(s) "
+                               f"{', '.join(map(str, jobs))}; wait for them or cancel them first")
         output_dir = Path(run.output_dir) if run.output_dir else None
         session.delete(run)
     runs_dir = wb.settings.runs_dir.resolve()

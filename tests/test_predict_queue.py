@@ -1,0 +1,253 @@
+"""Prediction and evaluation jobs on the queue: the runs.kind column, the submit checks, the worker's dispatch
+through ``jobs.run_job.execute`` and the views of ``workbench.services.predictions``.
+
+The jobs' work is done by the functions of ``tests.predict_support`` (a prediction through the real chunked
+writer with a torch-free predictor); everything around it (claim, lease, rows as progress, cancel, failure,
+artifacts) is the real code, on SQLite and on PostgreSQL.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, inspect, select
+
+from jobs.worker import Worker
+from storage.db import make_engine, upgrade
+from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Artifact, Run
+from tests.predict_support import (LABELS, JobRunner, Jobs, drain, job_count, labelled_jsonl, reviews_csv,
+                                   trained_run)
+from tests.queue_support import backend_url, fake_spec, qwb, wait_until  # noqa: F401
+from tests.test_sweep_budget_migration import _downgrade
+from workbench.errors import ConfigError, DataValidationError, InvalidState, NotFound
+from workbench.services import datasets, predictions, runs
+
+
+# -- the column ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine_at_0006(request, tmp_path):
+    with backend_url(request.param, tmp_path) as url:
+        engine = make_engine(url)
+        upgrade(engine, "0006_sweep_trial_budget")
+        yield engine
+        engine.dispose()
+
+
+def test_migration_adds_kind_and_existing_runs_are_training_runs(engine_at_0006):
+    engine = engine_at_0006
+    with engine.begin() as c:
+        old = c.execute(insert(Run.__table__).values(task="text-classification", model="m", spec={})
+                        .returning(Run.id)).scalar_one()
+    upgrade(engine)
+    assert "ix_runs_parent_kind" in {ix["name"] for ix in inspect(engine).get_indexes("runs")}
+    with engine.begin() as c:
+        assert c.execute(select(Run.kind).where(Run.id == old)).scalar_one() == "train"
+        job = c.execute(insert(Run.__table__).values(task="text-classification", model="m", spec={}, kind="predict",
+                                                     parent_run_id=old).returning(Run.id)).scalar_one()
+    _downgrade(engine, "0006_sweep_trial_budget")  # older code cannot read a job: it goes, the model's run stays
+    assert "kind" not in {col["name"] for col in inspect(engine).get_columns("runs")}
+    upgrade(engine)
+    with engine.begin() as c:
+        assert c.execute(select(Run.id, Run.kind)).all() == [(old, "train")]
+        assert job != old
+
+
+# -- submitting ---------------------------------------------------------------------------------------------
+
+def _kept_files(wb) -> set[Path]:
+    return set(predictions.inputs_dir(wb).rglob("*"))
+
+
+def _refused(wb, error, match, call) -> None:
+    """``call`` raises ``error`` matching ``match``, queues no job and keeps no copy of the input."""
+    jobs, kept = job_count(wb), _kept_files(wb)
+    with pytest.raises(error, match=match):
+        call()
+    assert (job_count(wb), _kept_files(wb)) == (jobs, kept)
+
+
+def test_predictions_are_refused_for_runs_without_a_model(wb, tmp_path):
+    data = reviews_csv(tmp_path)
+    _refused(wb, NotFound, "run 999 does not exist", lambda: predictions.submit_prediction(wb, 999, data))
+    failed = trained_run(wb, FAILED, model=False)
+    _refused(wb, InvalidState, f"run {failed} failed; only a succeeded run",
+             lambda: predictions.submit_prediction(wb, failed, data))
+    training = trained_run(wb, RUNNING)
+    _refused(wb, InvalidState, f"run {training} is still training; predict once it has succeeded",
+             lambda: predictions.submit_prediction(wb, training, data))
+    queued = runs.submit_run(wb, fake_spec(wb))
+    _refused(wb, InvalidState, f"run {queued} has not started training yet",
+             lambda: predictions.submit_evaluation(wb, queued, str(data)))
+    no_model = trained_run(wb, model=False)
+    _refused(wb, InvalidState, f"run {no_model} has no saved model",
+             lambda: predictions.submit_prediction(wb, no_model, data))
+    deleted = trained_run(wb)
+    runs.delete_run(wb, deleted)
+    _refused(wb, NotFound, f"run {deleted} does not exist \\(it may have been deleted\\)",
+             lambda: predictions.submit_prediction(wb, deleted, data))
+    good = trained_run(wb)
+    job = predictions.submit_prediction(wb, good, data)
+    _refused(wb, InvalidState, f"run {job} is a predict job, not a training run; use the run whose model it used "
+             f"\\(run {good}\\)", lambda: predictions.submit_prediction(wb, job, data))
+
+
+def test_bad_files_are_refused_with_file_and_line_before_anything_is_queued(wb, tmp_path):
+    run_id = trained_run(wb)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    _refused(wb, DataValidationError, "empty.csv: error: the file is empty",
+             lambda: predictions.submit_prediction(wb, run_id, empty))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")
+    _refused(wb, DataValidationError, "blank.txt: error: the file has no text in it",
+             lambda: predictions.submit_prediction(wb, run_id, blank))
+    no_text = tmp_path / "numbers.csv"
+    no_text.write_text("id,score,stars\n1,0.5,3\n")
+    _refused(wb, DataValidationError, "numbers.csv:1: error: missing column: no text column found "
+             "\\(columns: 'id', 'score', 'stars'\\)", lambda: predictions.submit_prediction(wb, run_id, no_text))
+    data = reviews_csv(tmp_path)
+    _refused(wb, DataValidationError, "reviews.csv:1, column 'body': error: missing column: the text column 'body' "
+             "is not in the file", lambda: predictions.submit_prediction(wb, run_id, data, columns={"text": "body"}))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('\n{"text": "fine"\n')
+    _refused(wb, DataValidationError, "broken.jsonl:2: error: broken JSON on line 2",
+             lambda: predictions.submit_prediction(wb, run_id, broken))
+    binary = tmp_path / "sheet.csv"
+    binary.write_bytes(b"PK\x03\x04" + bytes(100))
+    _refused(wb, DataValidationError, "this is not a text file", lambda: predictions.submit_prediction(wb, run_id,
+                                                                                                       binary))
+    _refused(wb, ConfigError, "reviews.csv: a CoNLL file .* does not fit a text-classification run",
+             lambda: predictions.submit_prediction(wb, run_id, data, input_format="conll"))
+    _refused(wb, ConfigError, "unknown column role 'txt'", lambda: predictions.submit_prediction(
+        wb, run_id, data, columns={"txt": "text"}))
+    _refused(wb, ConfigError, "output_format must be one of", lambda: predictions.submit_prediction(
+        wb, run_id, data, output_format="xlsx"))
+    _refused(wb, NotFound, "no such file", lambda: predictions.submit_prediction(wb, run_id, tmp_path / "nope.csv"))
+
+
+def test_an_evaluation_on_a_dataset_of_another_task_is_refused(wb, tmp_path):
+    run_id = trained_run(wb)
+    conll = tmp_path / "ner.conll"
+    conll.write_text("".join(f"Paris{i} B-LOC\nis O\nnice O\n\n" for i in range(12)))
+    ner = datasets.import_dataset(wb, conll, "token-classification", tokenizer=False)
+    _refused(wb, ConfigError, f"dataset {ner.id} \\(ner\\) is a token-classification dataset; the run is a "
+             "text-classification run", lambda: predictions.submit_evaluation(wb, run_id, ner.id))
+    _refused(wb, NotFound, "no dataset 'nothing-here'", lambda: predictions.submit_evaluation(wb, run_id,
+                                                                                               "nothing-here"))
+
+
+# -- running ------------------------------------------------------------------------------------------------
+
+def test_a_prediction_job_runs_on_the_worker_and_keeps_its_output(qwb, tmp_path):
+    run_id = trained_run(qwb)
+    data = reviews_csv(tmp_path / "mine", rows=5)
+    job_id = predictions.submit_prediction(qwb, run_id, data, output_format="csv")
+    kept = Path(runs.get_run(qwb, job_id)["spec"]["input_path"])
+    assert kept.is_relative_to(predictions.inputs_dir(qwb)) and kept.name == "reviews.csv"
+    data.write_text("id,text\n")  # the user's file changes: the job reads its own copy
+    queued = predictions.list_jobs(qwb, run_id=run_id)
+    assert [(j["id"], j["kind"], j["status"], j["input_name"], j["outputs"]) for j in queued] == \
+        [(job_id, "predict", QUEUED, "reviews.csv", [])]
+    assert predictions.job_outputs(qwb, job_id) == []
+    jobs = Jobs()
+    drain(qwb, jobs, job_id)
+    [call] = jobs.calls
+    assert call["model"].labels == LABELS and call["model"].hyperparameters == {"max_length": 64}
+    assert call["model"].model_dir == str(Path(runs.get_run(qwb, run_id)["output_dir"]) / "model")
+    assert call["spec"].columns == {} and call["spec"].input_format == "csv"
+    [job] = predictions.list_jobs(qwb, kind="predict")
+    assert (job["status"], job["rows_done"], job["rows_total"], job["metrics"]["rows"], job["parent_run_id"]) == \
+        (SUCCEEDED, 5, 5, 5, run_id)
+    assert job["rows_per_second"] > 0 and job["eta_seconds"] == 0.0
+    [output] = predictions.job_outputs(qwb, job_id)
+    assert job["outputs"] == [str(output)] and output.name == "predictions.csv"
+    rows = list(csv.DictReader(output.open()))
+    assert [(r["id"], r["predicted_label"]) for r in rows] == \
+        [("0", "short"), ("1", "long"), ("2", "short"), ("3", "long"), ("4", "short")]
+    with qwb.db.session() as session:
+        kinds = session.scalars(select(Artifact.kind).where(Artifact.run_id == job_id)).all()
+    assert kinds == ["predictions"]
+    assert [r["id"] for r in runs.list_runs(qwb, kind="predict")] == [job_id]
+    assert [r["kind"] for r in runs.list_runs(qwb, order_by="id")] == ["train", "predict"]
+    assert runs.get_run(qwb, job_id)["kind"] == "predict"
+
+
+def test_evaluations_store_metrics_per_test_set(qwb, tmp_path):
+    first, second = trained_run(qwb), trained_run(qwb)
+    data = labelled_jsonl(tmp_path)
+    job_id = predictions.submit_evaluation(qwb, first, str(data))
+    jobs = Jobs()
+    drain(qwb, jobs, job_id)
+    dataset_id = predictions.get_job(qwb, job_id)["dataset_id"]
+    assert jobs.calls[0]["records"] == [str(datasets.dataset_files(qwb, dataset_id)[0])]
+    assert datasets.get_dataset(qwb, dataset_id).validation == 0  # the whole file is the test set
+    job = predictions.get_job(qwb, job_id)
+    assert job["status"] == SUCCEEDED and job["metrics"] == {"accuracy": 1.0, "examples": 20}
+    assert [p.name for p in predictions.job_outputs(qwb, job_id)] == ["predictions.jsonl", "metrics.json",
+                                                                       "tables.json"]
+    # the same file again is the same test set; several runs at once
+    more = predictions.evaluate_runs(qwb, [first, second], str(data))
+    assert [predictions.get_job(qwb, j)["dataset_id"] for j in more] == [dataset_id, dataset_id]
+    assert predictions.test_sets(qwb) == [{"dataset_id": dataset_id, "name": "test", "task": "text-classification",
+                                           "evaluations": 3}]
+    assert predictions.test_sets(qwb, task="token-classification") == []
+    rows = predictions.evaluations_on(qwb, dataset_id)
+    assert [(r["id"], r["run_id"], r["run_name"], r["status"]) for r in rows] == \
+        [(job_id, first, "sentiment", SUCCEEDED), (more[0], first, "sentiment", QUEUED),
+         (more[1], second, "sentiment", QUEUED)]
+    assert rows[0]["metrics"]["accuracy"] == 1.0
+    with pytest.raises(InvalidState, match="is a training run"):
+        predictions.job_outputs(qwb, first)
+
+
+def test_evaluate_runs_checks_every_run_before_queueing_any(wb, tmp_path):
+    good, running = trained_run(wb), trained_run(wb, RUNNING)
+    with pytest.raises(InvalidState, match=f"run {running} is still training"):
+        predictions.evaluate_runs(wb, [good, running], str(labelled_jsonl(tmp_path)))
+    assert job_count(wb) == 0
+
+
+def test_a_cancelled_prediction_stops_and_a_retry_queues_it_again(qwb, tmp_path):
+    run_id = trained_run(qwb)
+    job_id = predictions.submit_prediction(qwb, run_id, reviews_csv(tmp_path, rows=400))
+    worker = Worker(qwb, JobRunner(qwb, Jobs(delay=0.02)), gpus=[])
+    assert wait_until(lambda: runs.get_run(qwb, job_id)["step"] > 0, timeout=30, step=worker.loop_once)
+    assert runs.cancel_run(qwb, job_id) == "cancelling"
+    assert wait_until(lambda: runs.get_run(qwb, job_id)["status"] == CANCELLED, timeout=30, step=worker.loop_once)
+    worker.shutdown()
+    assert predictions.job_outputs(qwb, job_id) == []
+    assert not (Path(runs.get_run(qwb, job_id)["output_dir"]) / "predictions.csv").exists()
+    with pytest.raises(InvalidState, match=f"cannot clone run {job_id}: it is a predict job"):
+        runs.clone_run(qwb, job_id)
+    assert runs.retry_run(qwb, job_id) == job_id
+    drain(qwb, Jobs(), job_id)
+    assert predictions.get_job(qwb, job_id)["metrics"]["rows"] == 400
+
+
+def test_a_failing_job_records_its_sentence(qwb, tmp_path):
+    run_id = trained_run(qwb)
+    job_id = predictions.submit_prediction(qwb, run_id, reviews_csv(tmp_path))
+    drain(qwb, Jobs(fail="the tokenizer cannot read row 3"), job_id)
+    job = predictions.get_job(qwb, job_id)
+    assert job["status"] == FAILED and "the tokenizer cannot read row 3" in job["error"]
+    assert job["outputs"] == [] and predictions.job_outputs(qwb, job_id) == []
+
+
+def test_a_job_whose_model_is_gone_fails_with_a_sentence(wb, tmp_path):
+    run_id = trained_run(wb)
+    job_id = predictions.submit_prediction(wb, run_id, reviews_csv(tmp_path))
+    with pytest.raises(InvalidState, match=f"run {run_id}'s model is used by queued or running job\\(s\\) {job_id}"):
+        runs.delete_run(wb, run_id)
+    model_dir = Path(runs.get_run(wb, run_id)["output_dir"]) / "model"
+    (model_dir / "config.json").unlink()
+    model_dir.rmdir()
+    jobs = Jobs()
+    drain(wb, jobs, job_id)
+    job = predictions.get_job(wb, job_id)
+    assert job["status"] == FAILED and job["error"].startswith(f"run {run_id} has no saved model")
+    assert jobs.calls == []
+    runs.delete_run(wb, run_id)
+    with pytest.raises(InvalidState, match=f"run {run_id}, whose model it uses, was deleted"):
+        runs.retry_run(wb, job_id)

@@ -1,0 +1,143 @@
+"""The file a prediction job reads: checked at submit, then kept under the workbench home.
+
+A job queued on a file that cannot be read fails minutes later, on a worker, where the user no longer
+looks. So before queueing, the bytes are scanned as the Data tab scans an upload (emptiness, binary
+content, encoding, size limit) and the first rows are read with the job's own format and column detection
+(``jobs.predict.inputs``), so that what is accepted here is what the job reads; every problem is a
+``DataValidationError`` naming the file and line. Only the start of the file is parsed: the job itself
+reads every row before predicting and reports a bad row further down with its line.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from jobs.predict import inputs
+from storage.datasets.columns import ColumnMapping
+from storage.datasets.problems import ProblemLog
+from storage.datasets.source import read_head, scan
+from storage.errors import ConfigError, DataValidationError, Problem
+
+log = logging.getLogger(__name__)
+
+
+def check_input(path: Path, task: str, *, name: str, input_format: Optional[str],
+                columns: Optional[Mapping[str, Any]], max_bytes: int) -> tuple[str, str]:
+    """(format, sha256 of the bytes) of a file a ``task`` model can predict on, found as the job will find
+    them (``jobs.predict.inputs``); raises ``DataValidationError`` (file and line) or ``ConfigError`` (a
+    format that cannot hold the task's inputs)."""
+    if task not in inputs.FORMATS_BY_TASK:
+        raise ConfigError(f"prediction files are not supported for {task} runs")
+    problems = ProblemLog()
+    info = scan(path, problems, max_bytes=max_bytes)
+    if problems.has_errors:
+        raise DataValidationError(_renamed(problems.errors(), name))
+    head = read_head(info)
+    fmt = input_format or inputs.detect_input_format(task, path, head)
+    inputs.check_shape(task, fmt, name)
+    given = column_mapping(columns)
+    _check_head(fmt, task, head, name, given)
+    return fmt, info.sha256
+
+
+def column_mapping(columns: Optional[Mapping[str, Any]]) -> Optional[ColumnMapping]:
+    """The columns the user named, as the job reads them (``PredictSpec.columns``); None for none named."""
+    if not columns:
+        return None
+    roles = {f.name for f in dataclasses.fields(ColumnMapping)}
+    unknown = sorted(set(columns) - roles)
+    if unknown:
+        raise ConfigError(f"unknown column role {unknown[0]!r}; name columns as {', '.join(sorted(roles))}")
+    return ColumnMapping(**{k: v for k, v in columns.items() if v})
+
+
+def _renamed(problems: list[Problem], name: str) -> list[Problem]:
+    """The scan names the file on disk; the user knows it by the name they gave."""
+    return [Problem(p.severity, name, p.message, p.line, p.record, p.column, p.hint) for p in problems]
+
+
+def _check_head(fmt: str, task: str, head: str, name: str, given: Optional[ColumnMapping]) -> None:
+    lines = [(number, line) for number, line in enumerate(head.splitlines(), 1) if line.strip()]
+    if not lines:
+        _fail(name, "the file has no text in it", hint="give a file with one example per line or row")
+    if fmt in ("csv", "tsv"):
+        number, names = _header(head, name, "," if fmt == "csv" else "\t")
+        _check_columns(*inputs.resolve_mapping(task, names, given), names=names, name=name, line=number)
+    elif fmt == "jsonl":
+        number, raw = lines[0]
+        first = _json_object(raw, name, number)
+        _check_columns(*inputs.resolve_mapping(task, list(first), given, sample=first), names=list(first),
+                       name=name, line=number)
+    elif fmt == "squad" and not (head.lstrip("\ufeff \t\r\n").startswith("{") and '"data"' in head):
+        _fail(name, 'this is not SQuAD JSON: it should be one object with a "data" list', line=lines[0][0],
+              hint="give a SQuAD v1.1/v2.0 file, or JSON Lines with question and context")
+
+
+def _header(head: str, name: str, delimiter: str) -> tuple[int, list[str]]:
+    reader = csv.reader(io.StringIO(head), delimiter=delimiter,
+                        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    try:
+        for row in reader:
+            if any(cell.strip() for cell in row):
+                return reader.line_num, [cell.strip().lstrip("\ufeff") for cell in row]
+    except csv.Error as exc:
+        _fail(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
+    _fail(name, "the file has no header row", hint="put the column names on the first line")
+    raise AssertionError("unreachable")
+
+
+def _json_object(raw: str, name: str, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(raw.strip().lstrip("\ufeff"))
+    except ValueError as exc:
+        _fail(name, f"broken JSON on line {number}: {getattr(exc, 'msg', exc)}", line=number,
+              hint="each line must be one complete JSON object, e.g. {\"text\": \"...\"}")
+    if not isinstance(value, dict):
+        _fail(name, f"line {number} is a JSON {type(value).__name__}, not an object", line=number,
+              hint="write one JSON object per line")
+    return value
+
+
+def _check_columns(mapping: dict[str, str], missing: list[tuple[str, Optional[str], str]], *, names: list[str],
+                   name: str, line: int) -> None:
+    """The first column the model needs that is not in the file, as an error on the header's line."""
+    present = ", ".join(repr(n) for n in names) or "none"
+    for role, column, option in missing[:1]:
+        if column is None:
+            _fail(name, f"missing column: no {role} column found (columns: {present})", line=line,
+                  hint=f"name the {role} column with {option}, or rename it to {role!r}")
+        _fail(name, f"missing column: the {role} column {column!r} is not in the file (columns: {present})",
+              line=line, column=column, hint=f"check the spelling, or choose another column with {option}")
+
+
+def _fail(name: str, message: str, *, line: Optional[int] = None, column: Optional[str] = None,
+          hint: str = "") -> None:
+    raise DataValidationError([Problem("error", name, message, line=line, column=column, hint=hint)])
+
+
+def keep_input(inputs_dir: Path, source: Path, name: str, sha256: str) -> Path:
+    """A copy of ``source`` at ``inputs_dir/<sha>/<name>``: the job reads it even once the user's file has
+    changed or gone, and the same bytes are kept once. Copied under a temporary name and renamed, so a
+    copy cut short is never taken for the input."""
+    safe = Path(name).name.strip() or "input" + source.suffix
+    folder = inputs_dir / sha256[:32]
+    target = folder / safe
+    if target.is_file() and target.stat().st_size == source.stat().st_size:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{uuid.uuid4().hex}.part"
+    try:
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    log.info("kept prediction input %s as %s", name, target)
+    return target

@@ -1,0 +1,273 @@
+"""Putting a trained run's model to work: prediction jobs over whole files, and evaluations on test sets.
+
+Both are runs of another kind (``storage.models.KIND_PREDICT`` / ``KIND_EVALUATE``) on the same queue as
+training, so a worker claims, leases, cancels and resumes them the same way (``jobs.run_job`` executes
+them through ``jobs.predict``). This module checks what a user asks for before anything is queued, and
+gives the views the UI and the CLI share: a run's jobs, their downloads, the test sets and the runs
+evaluated on each. Plain dicts out, ``workbench.errors`` raised; no gradio here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import aliased
+
+from jobs import queue
+from jobs.predict.spec import PredictSpec
+from storage.context import Workbench
+from storage.datasets.lookup import find_dataset
+from jobs.states import ACTIVE
+from storage.models import (FAILED, KIND_EVALUATE, KIND_PREDICT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Artifact,
+                            Dataset, Run, utcnow)
+from workbench.errors import ConfigError, InvalidState, NotFound
+from workbench.services import datasets as datasets_service
+from workbench.services.prediction_inputs import check_input, column_mapping, keep_input
+
+log = logging.getLogger(__name__)
+
+JOB_KINDS = (KIND_PREDICT, KIND_EVALUATE)
+# The order a job's downloads are listed in: the predictions first, then the scores.
+_OUTPUT_ORDER = {"predictions": 0, "metrics": 1, "tables": 2}
+
+
+def inputs_dir(wb: Workbench) -> Path:
+    """Where the files given to prediction jobs are kept (``<home>/predictions/inputs/<sha>/<name>``)."""
+    return wb.settings.home / "predictions" / "inputs"
+
+
+def _not_ready(run_id: int, status: str) -> str:
+    """Why a run in ``status`` has no model to put to work yet ("" once it has succeeded)."""
+    if status == SUCCEEDED:
+        return ""
+    if status == QUEUED:
+        return f"run {run_id} has not started training yet (it is queued); predict once it has succeeded"
+    if status in ACTIVE:
+        return f"run {run_id} is still training; predict once it has succeeded"
+    if status == PRUNED:
+        return f"run {run_id} was stopped early by its sweep and saved no model; pick another run"
+    verb = "failed" if status == FAILED else f"was {status}"
+    return f"run {run_id} {verb}; only a succeeded run has a model to predict with (retry it, or pick another run)"
+
+
+def model_run(session, run_id: int) -> Run:
+    """The run whose model a new job will use: it exists, is a training run, succeeded and kept its model."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist (it may have been deleted); `workbench runs list` shows "
+                       "the runs there are")
+    if run.kind != KIND_TRAIN:
+        used = f"; use the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
+        raise InvalidState(f"run {run_id} is a {run.kind} job, not a training run{used}")
+    problem = _not_ready(run_id, run.status)
+    if problem:
+        raise InvalidState(problem)
+    model_dir = Path(run.output_dir or "") / "model"
+    if not run.output_dir or not model_dir.is_dir():
+        raise InvalidState(f"run {run_id} has no saved model ({model_dir} is missing); train it again")
+    return run
+
+
+def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, input_name: Optional[str] = None,
+                      input_format: Optional[str] = None, columns: Optional[Mapping[str, Any]] = None,
+                      output_format: str = "csv", priority: int = 0) -> int:
+    """Queue a prediction of run ``run_id``'s model over a whole file; returns the job's id.
+
+    The file is checked first (readable, not empty, the columns the task needs are there) and kept under
+    the workbench home, so the job reads the same bytes whatever happens to the user's file meanwhile."""
+    with wb.db.session() as session:
+        run = model_run(session, run_id)
+        task, model = run.task, run.model
+    source = _existing_file(input_path)
+    name = Path(input_name or source.name).name
+    # The spec checks the formats before the file is read.
+    spec = PredictSpec(kind=KIND_PREDICT, run_id=run_id, input_path=str(source), input_name=name,
+                       input_format=input_format, columns=dict(columns or {}), output_format=output_format,
+                       name=f"predict {name}")
+    fmt, sha256 = check_input(source, task, name=name, input_format=input_format, columns=columns,
+                              max_bytes=wb.settings.max_upload_mb * 10**6)
+    kept = keep_input(inputs_dir(wb), source, name, sha256)
+    named = column_mapping(columns)
+    spec = dataclasses.replace(spec, input_path=str(kept), input_format=fmt, columns=named.to_dict() if named else {})
+    job_id = queue.submit_job(wb.db, KIND_PREDICT, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
+                              task=task, model=model, name=spec.name, priority=priority)
+    log.info("queued prediction job %s: run %s over %s", job_id, run_id, name)
+    return job_id
+
+
+def _existing_file(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise NotFound(f"no such file: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{path} is not a file; give the path of one file to predict on")
+    return path
+
+
+def resolve_test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optional[str] = None,
+                     columns: Optional[Mapping[str, Any]] = None,
+                     files: bool = True) -> datasets_service.DatasetSummary:
+    """The stored dataset ``data`` names, or the file it names imported whole as one (the same file is the
+    same dataset, by content hash, so runs evaluated on it compare). Refused when it is for another task.
+
+    ``files=False`` takes stored datasets only: a web client's dataset pick must never make the server read
+    a path of its choosing (an uploaded file reaches this module as a path the UI received, not as a pick)."""
+    path = Path(str(data)).expanduser()
+    if files and path.is_file():
+        dataset = datasets_service.import_dataset(wb, path, task, format=input_format,
+                                                  columns=column_mapping(columns), validation_fraction=0.0)
+    else:
+        dataset = datasets_service.get_dataset(wb, str(data))
+    if dataset.task != task:
+        raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; the run is a "
+                          f"{task} run — evaluate it on a {task} test set")
+    return dataset
+
+
+def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_format: Optional[str] = None,
+                      columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True) -> int:
+    """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
+    ``files`` is False — a file to import as one); returns the job's id."""
+    with wb.db.session() as session:
+        task = model_run(session, run_id).task
+    dataset = resolve_test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    return _queue_evaluation(wb, run_id, dataset, priority)
+
+
+def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int) -> int:
+    with wb.db.session() as session:
+        run = model_run(session, run_id)
+        task, model = run.task, run.model
+    if dataset.task != task:
+        raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; run {run_id} is a "
+                          f"{task} run — evaluate it on a {task} test set")
+    spec = PredictSpec(kind=KIND_EVALUATE, run_id=run_id, dataset_id=dataset.id, name=f"evaluate on {dataset.name}")
+    job_id = queue.submit_job(wb.db, KIND_EVALUATE, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
+                              task=task, model=model, name=spec.name, dataset_id=dataset.id, priority=priority)
+    log.info("queued evaluation job %s: run %s on dataset %s", job_id, run_id, dataset.id)
+    return job_id
+
+
+def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, priority: int = 0,
+                  files: bool = True) -> list[int]:
+    """One evaluation job per run on one test set (``files=False``: a stored dataset only, see
+    ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing."""
+    ids = list(dict.fromkeys(int(r) for r in run_ids))
+    if not ids:
+        raise ConfigError("pick at least one run to evaluate")
+    with wb.db.session() as session:
+        tasks = {model_run(session, run_id).task for run_id in ids}
+    if len(tasks) > 1:
+        raise ConfigError(f"the runs are of different tasks ({', '.join(sorted(tasks))}); one test set fits one task")
+    dataset = resolve_test_set(wb, data, tasks.pop(), files=files)
+    return [_queue_evaluation(wb, run_id, dataset, priority) for run_id in ids]
+
+
+def _iso(value: Optional[dt.datetime]) -> Optional[str]:
+    return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
+def _rows_per_second(run: Run) -> Optional[float]:
+    """Rows done over the seconds since the job started (until it finished)."""
+    if not run.started_at or not run.step:
+        return None
+    seconds = ((run.finished_at or utcnow()) - run.started_at).total_seconds()
+    return round(run.step / seconds, 2) if seconds > 0 else None
+
+
+def _outputs(artifacts: Iterable[Artifact]) -> list[Path]:
+    found = sorted(((_OUTPUT_ORDER.get(a.kind, 9), a.path) for a in artifacts if a.kind in _OUTPUT_ORDER))
+    return [Path(path) for _, path in found if Path(path).is_file()]
+
+
+def _job_dict(run: Run, artifacts: Iterable[Artifact]) -> dict[str, Any]:
+    spec = run.spec or {}
+    return {"id": run.id, "kind": run.kind, "status": run.status, "name": run.name,
+            "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at), "parent_run_id": run.parent_run_id or spec.get("run_id"),
+            "input_name": spec.get("input_name") or None, "dataset_id": run.dataset_id or spec.get("dataset_id"),
+            "output_format": spec.get("output_format") if run.kind == KIND_PREDICT else None,
+            "rows_done": run.step or 0, "rows_total": run.total_steps or 0,
+            "rows_per_second": _rows_per_second(run), "eta_seconds": run.eta_seconds,
+            "progress": float(run.progress or 0.0), "metrics": run.metrics or {}, "error": run.error,
+            "output_dir": run.output_dir,
+            "outputs": [str(p) for p in _outputs(artifacts)] if run.status == SUCCEEDED else []}
+
+
+def list_jobs(wb: Workbench, run_id: Optional[int] = None, kind: Optional[str] = None,
+              limit: int = 200) -> list[dict[str, Any]]:
+    """Prediction and evaluation jobs, newest first: of one model's run when ``run_id`` is given, of one kind
+    when ``kind`` is. Rows done/total, rows per second and the ETA are the job's progress."""
+    if kind is not None and kind not in JOB_KINDS:
+        raise ConfigError(f"job kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}")
+    stmt = select(Run).where(Run.kind == kind if kind else Run.kind.in_(JOB_KINDS))
+    if run_id is not None:
+        stmt = stmt.where(Run.parent_run_id == run_id)
+    with wb.db.session() as session:
+        jobs = session.scalars(stmt.order_by(Run.id.desc()).limit(limit)).all()
+        by_job: dict[int, list[Artifact]] = {}
+        for artifact in session.scalars(select(Artifact).where(Artifact.run_id.in_([j.id for j in jobs]))):
+            by_job.setdefault(artifact.run_id, []).append(artifact)
+        return [_job_dict(job, by_job.get(job.id, [])) for job in jobs]
+
+
+def get_job(wb: Workbench, job_id: int) -> dict[str, Any]:
+    """One prediction or evaluation job, as ``list_jobs`` shows it."""
+    with wb.db.session() as session:
+        job = _require_job(session, job_id)
+        return _job_dict(job, job.artifacts)
+
+
+def _require_job(session, job_id: int) -> Run:
+    job = session.get(Run, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist; `workbench runs list` shows the runs and jobs there are")
+    if job.kind not in JOB_KINDS:
+        raise InvalidState(f"run {job_id} is a training run, not a prediction or evaluation job")
+    return job
+
+
+def job_outputs(wb: Workbench, job_id: int) -> list[Path]:
+    """The files a user may download from a job: only once it has succeeded, so never a half-written one
+    (an unfinished job has none)."""
+    with wb.db.session() as session:
+        job = _require_job(session, job_id)
+        if job.status != SUCCEEDED:
+            return []
+        return _outputs(job.artifacts)
+
+
+def test_sets(wb: Workbench, task: Optional[str] = None) -> list[dict[str, Any]]:
+    """The stored datasets that at least one run was evaluated on, with how many evaluation jobs each has."""
+    stmt = (select(Dataset.id, Dataset.name, Dataset.task, func.count(Run.id).label("evaluations"))
+            .join(Run, Run.dataset_id == Dataset.id).where(Run.kind == KIND_EVALUATE)
+            .group_by(Dataset.id, Dataset.name, Dataset.task).order_by(Dataset.name, Dataset.id))
+    if task:
+        stmt = stmt.where(Dataset.task == task)
+    with wb.db.session() as session:
+        return [{"dataset_id": r.id, "name": r.name, "task": r.task, "evaluations": r.evaluations}
+                for r in session.execute(stmt)]
+
+
+def evaluations_on(wb: Workbench, dataset_id: str) -> list[dict[str, Any]]:
+    """One row per evaluation job on a test set (oldest model run first), for a side-by-side comparison."""
+    parent = aliased(Run)
+    with wb.db.session() as session:
+        dataset = find_dataset(session, dataset_id)
+        rows = session.execute(
+            select(Run.id, Run.parent_run_id, parent.name.label("run_name"), Run.model, Run.status, Run.metrics,
+                   Run.output_dir, Run.error, Run.created_at, Run.finished_at)
+            .outerjoin(parent, parent.id == Run.parent_run_id)
+            .where(Run.kind == KIND_EVALUATE, Run.dataset_id == dataset.id)
+            .order_by(Run.parent_run_id, Run.id)).all()
+    return [{"id": r.id, "run_id": r.parent_run_id, "run_name": r.run_name or "", "model": r.model,
+             "status": r.status, "metrics": r.metrics or {}, "output_dir": r.output_dir, "error": r.error,
+             "created_at": _iso(r.created_at), "finished_at": _iso(r.finished_at)} for r in rows]
+
+
+# Named for the Compare tab's "test sets", not a test: pytest must not collect it where a test module imports it.
+test_sets.__test__ = False  # type: ignore[attr-defined]
