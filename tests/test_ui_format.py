@@ -79,12 +79,12 @@ def test_run_row_from_dict_and_dataclass():
 
     row = Row(7, "", "text-classification", "running", 0.25, 130, {}, "/tmp/x/models/tiny-bert", "sms",
               dt.datetime(2026, 11, 30, 9, 5))
-    assert fmt.run_row(row) == [7, "text-classification #7", "▶ running", "▰▰▱▱▱▱▱▱▱▱ 25%", "2m 10s", "—",
-                                "models/tiny-bert", "sms", "2026-11-30 09:05"]
+    assert fmt.run_row(row) == [7, "text-classification #7", "train", "▶ running", "▰▰▱▱▱▱▱▱▱▱ 25%", "2m 10s",
+                                "—", "models/tiny-bert", "sms", "2026-11-30 09:05"]
     done = fmt.run_row({"id": 8, "name": "best", "task": "text-classification", "status": "succeeded",
                         "progress": 1.0, "metrics": {"accuracy": 0.99}, "model": "all-MiniLM-L6-v2",
                         "spec": {"data": {"name": "sms-spam"}}, "created_at": "2026-11-30T10:00:00"})
-    assert done[4] == "—" and done[5] == "accuracy 0.9900" and done[7] == "sms-spam"
+    assert done[5] == "—" and done[6] == "accuracy 0.9900" and done[8] == "sms-spam"
 
 
 def test_problems_markdown_names_file_and_line():
@@ -145,9 +145,9 @@ def test_a_running_run_shows_its_phase_in_the_table_and_no_stale_eta():
     run = {"id": 3, "task": "text-classification", "status": "running", "progress": 1.0, "eta_seconds": 0.0,
            "phase": "evaluating", "phase_done": 280, "phase_total": 1144}
     row = fmt.run_row(run)
-    assert row[2] == "▶ running · evaluating 280/1,144" and row[4] == "—"
+    assert row[3] == "▶ running · evaluating 280/1,144" and row[5] == "—"
     assert fmt.phase_fraction(run) == pytest.approx(280 / 1144)
-    assert fmt.run_row({**run, "phase": "saving model", "phase_done": None, "phase_total": None})[2] == \
+    assert fmt.run_row({**run, "phase": "saving model", "phase_done": None, "phase_total": None})[3] == \
         "▶ running · saving model"
-    assert fmt.run_row({**run, "phase": "training", "phase_done": None, "phase_total": None})[4] == "0s"
+    assert fmt.run_row({**run, "phase": "training", "phase_done": None, "phase_total": None})[5] == "0s"
     assert fmt.phase_text({**run, "status": "succeeded"}) == ""  # a finished run is in no phase

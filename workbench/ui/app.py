@@ -112,6 +112,8 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         for event in (data.import_event, data.delete_event, data.audit.save_event):
             event.then(refresh_fn, refresh_inputs, refresh_outputs, show_progress="hidden")
         compare_tab_item.select(compare["refresh"], compare["picker"], [compare["picker"]], show_progress="hidden")
+        compare_tab_item.select(compare["refresh_test_sets"], [compare["test_set"]], [compare["test_set"]],
+                                show_progress="hidden")
         train.submit_event.success(compare["refresh"], compare["picker"], [compare["picker"]],
                                    show_progress="hidden")
 

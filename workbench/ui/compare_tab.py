@@ -9,6 +9,8 @@ import pandas as pd
 
 from jobs import baselines
 from workbench.errors import WorkbenchError
+from workbench.services import datasets as data_service
+from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
@@ -85,7 +87,102 @@ def side_by_side(labels: list[str], tables: list[list[list[Any]]]) -> pd.DataFra
                          for name, scores in classes.items()], columns=["Class / entity (F1)", *labels])
 
 
+def test_set_choices(wb) -> list[tuple[str, str]]:
+    """Every stored dataset as a test set, (label, id): those runs were evaluated on first, saying how often."""
+    counts = {str(t["dataset_id"]): int(t.get("evaluations") or 0) for t in predict_service.test_sets(wb)}
+    stored = [fmt.as_dict(d) for d in data_service.list_datasets(wb)]
+    stored.sort(key=lambda d: (-counts.get(str(d.get("id")), 0), str(d.get("name"))))
+    choices = []
+    for d in stored:
+        done = counts.get(str(d.get("id")), 0)
+        label = f"{d.get('name')} · {d.get('task')} · {done} evaluation{'s' if done != 1 else ''}"
+        choices.append((label, str(d.get("id"))))
+    return choices
+
+
+@dataclasses.dataclass
+class TestSetComparison:
+    metrics: pd.DataFrame
+    per_class: pd.DataFrame
+    metric_names: list[str]
+    scores: dict[str, dict[str, Any]]  # run label → the evaluation's metrics, for the bar chart
+    message: str
+
+
+def compare_on_test_set(wb, dataset_id: str) -> TestSetComparison:
+    """The runs evaluated on one test set, side by side: their scores there and their per-class F1."""
+    evaluations = [fmt.as_dict(e) for e in predict_service.evaluations_on(wb, dataset_id)]
+    labels = [" ".join(b for b in (f"#{e.get('run_id')}", e.get("run_name"), f"· job #{e.get('id')}") if b)
+              for e in evaluations]
+    keys = quality_metrics(evaluations)
+    metrics = pd.DataFrame([[label, e.get("status"), fmt.model_name(e.get("model")),
+                             *[fmt.format_metric((e.get("metrics") or {}).get(k)) for k in keys]]
+                            for label, e in zip(labels, evaluations)], columns=["Run", "Status", "Model", *keys])
+    per_class = side_by_side(labels, [per_class_rows(read_run_tables(e["output_dir"]))
+                                      if e.get("output_dir") and e.get("status") == "succeeded" else []
+                                      for e in evaluations])
+    message = (f"{len(evaluations)} evaluation(s) on this test set." if evaluations else
+               "No run has been evaluated on this test set yet: pick runs above and press "
+               "*Evaluate these runs on this test set*.")
+    return TestSetComparison(metrics, per_class, keys, {label: e.get("metrics") or {}
+                                                         for label, e in zip(labels, evaluations)}, message)
+
+
+def metric_bars(scores: dict[str, Any], metric: str | None) -> str:
+    return plots.bar_chart_svg(plots.metric_bars_frame(scores or {}, metric or ""), "run", "value",
+                               metric or "Scores on the test set", y_title=metric or "",
+                               empty="No finished evaluation has this metric yet.")
+
+
+def evaluate_selected(wb, run_ids: list[Any], dataset_id: str | None) -> str:
+    """Queue one evaluation per picked run on the picked test set."""
+    if not dataset_id:
+        raise gr.Error("Pick a test set first.")
+    ids = [i for i in (_as_id(r) for r in run_ids or []) if i is not None]
+    if not ids:
+        raise gr.Error("Pick the runs to evaluate in the runs box above.")
+    jobs = predict_service.evaluate_runs(wb, ids, dataset_id, files=False)
+    return (f"✔ Queued {len(jobs)} evaluation job(s): {', '.join(f'#{j}' for j in jobs)}. Their scores appear "
+            "here when they finish (press ↻ to look again).")
+
+
+def refresh_runs(wb, chosen: list[Any] | None) -> Any:
+    """Fresh choices. The value is left alone (a pick made while this ran must not be undone) unless a
+    picked run no longer exists."""
+    choices = run_choices(wb)
+    ids = {value for _, value in choices}
+    kept = [r for r in (chosen or []) if _as_id(r) in ids]
+    if len(kept) == len(chosen or []):
+        return gr.update(choices=choices)
+    return gr.update(choices=choices, value=kept)
+
+
 def build(wb) -> dict[str, Any]:
+    runs = _build_runs()
+    on_refresh = _wire_runs(wb, runs)
+    test_sets = _build_test_sets()
+    _wire_test_sets(wb, test_sets, runs.picker)
+    return {"picker": runs.picker, "refresh": on_refresh, "test_set": test_sets.picker,
+            "refresh_test_sets": lambda chosen: refresh_test_sets(wb, chosen)}
+
+
+@dataclasses.dataclass
+class _Runs:
+    """Runs side by side: the picker, their metrics, config diff, overlaid curves and per-class scores."""
+
+    picker: gr.Dropdown
+    refresh: gr.Button
+    go: gr.Button
+    message: gr.Markdown
+    metrics: gr.Dataframe
+    diff: gr.Dataframe
+    curve: gr.Dropdown
+    overlay: gr.HTML
+    per_class: gr.Dataframe
+    curves: gr.State
+
+
+def _build_runs() -> _Runs:
     with gr.Row():
         picker = gr.Dropdown([], multiselect=True, label="Runs to compare (two or more)", elem_id="compare-runs",
                              scale=4)
@@ -101,8 +198,11 @@ def build(wb) -> dict[str, Any]:
             curve = gr.Dropdown([], label="Curve", elem_id="compare-curve")
             overlay = gr.HTML(elem_id="compare-plot")
     per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False)
-    curves_state = gr.State({})
+    return _Runs(picker, refresh, go, message, metrics, diff, curve, overlay, per_class, gr.State({}))
 
+
+def _wire_runs(wb, runs: _Runs):
+    """Compare, pick a curve, refresh the picker; returns the refresh handler (the app calls it too)."""
     def on_compare(ids):
         if not ids or len(ids) < 2:
             raise gr.Error("Pick at least two runs.")
@@ -112,25 +212,86 @@ def build(wb) -> dict[str, Any]:
             raise gr.Error(str(exc))
         first = result.curve_names[0] if result.curve_names else None
         return (result.message, result.metrics, result.diff, result.per_class,
-                gr.update(choices=result.curve_names, value=first),
-                overlay_svg(result.curves, first),
-                result.curves)
+                gr.update(choices=result.curve_names, value=first), overlay_svg(result.curves, first), result.curves)
 
-    go.click(on_compare, [picker], [message, metrics, diff, per_class, curve, overlay, curves_state])
-    curve.change(lambda name, curves: overlay_svg(curves or {}, name), [curve, curves_state],
-                 [overlay])
+    runs.go.click(on_compare, [runs.picker], [runs.message, runs.metrics, runs.diff, runs.per_class, runs.curve,
+                                              runs.overlay, runs.curves])
+    runs.curve.change(lambda name, curves: overlay_svg(curves or {}, name), [runs.curve, runs.curves],
+                      [runs.overlay])
+
     def on_refresh(chosen):
-        """Fresh choices. The value is left alone (a pick made while this ran must not be undone) unless a
-        picked run no longer exists."""
-        choices = run_choices(wb)
-        ids = {value for _, value in choices}
-        kept = [r for r in (chosen or []) if _as_id(r) in ids]
-        if len(kept) == len(chosen or []):
-            return gr.update(choices=choices)
-        return gr.update(choices=choices, value=kept)
+        return refresh_runs(wb, chosen)
 
-    refresh.click(on_refresh, [picker], [picker])
-    return {"picker": picker, "refresh": on_refresh}
+    runs.refresh.click(on_refresh, [runs.picker], [runs.picker])
+    return on_refresh
+
+
+@dataclasses.dataclass
+class _TestSets:
+    """The test-set comparison: pick a stored dataset, see the runs evaluated on it, queue more."""
+
+    picker: gr.Dropdown
+    refresh: gr.Button
+    evaluate: gr.Button
+    message: gr.Markdown
+    metrics: gr.Dataframe
+    metric: gr.Dropdown
+    bars: gr.HTML
+    per_class: gr.Dataframe
+    scores: gr.State
+
+
+def _build_test_sets() -> _TestSets:
+    gr.Markdown("### On a test set\nRuns scored on the same stored dataset, which none of them trained on. "
+                "Evaluations are queued jobs; each one's details open from the Runs table.")
+    with gr.Row():
+        picker = gr.Dropdown([], label="Test set", elem_id="compare-test-set", scale=3)
+        refresh = gr.Button("↻", size="sm", scale=0, min_width=60, elem_id="compare-test-set-refresh")
+        evaluate = gr.Button("Evaluate these runs on this test set", scale=2, elem_id="compare-evaluate")
+    message = gr.Markdown(elem_id="compare-test-set-message")
+    metrics = gr.Dataframe(label="Scores on the test set", interactive=False, elem_id="compare-test-metrics")
+    with gr.Row():
+        metric = gr.Dropdown([], label="Metric", elem_id="compare-test-metric", scale=1)
+        bars = gr.HTML(elem_id="compare-test-plot")
+    per_class = gr.Dataframe(label="Per class / entity on the test set (F1)", interactive=False,
+                             elem_id="compare-test-per-class")
+    return _TestSets(picker, refresh, evaluate, message, metrics, metric, bars, per_class, gr.State({}))
+
+
+def refresh_test_sets(wb, chosen: str | None) -> Any:
+    """Fresh test-set choices; the pick stays unless its dataset is gone."""
+    choices = test_set_choices(wb)
+    kept = chosen if chosen in {value for _, value in choices} else None
+    return gr.update(choices=choices, value=kept)
+
+
+def test_set_values(wb, dataset_id: str | None) -> tuple:
+    """The comparison's outputs for one test set (message, table, metric picker, bars, per class, scores)."""
+    if not dataset_id:
+        return "", None, gr.update(choices=[], value=None), "", None, {}
+    result = compare_on_test_set(wb, dataset_id)
+    first = result.metric_names[0] if result.metric_names else None
+    return (result.message, result.metrics, gr.update(choices=result.metric_names, value=first),
+            metric_bars(result.scores, first), result.per_class, result.scores)
+
+
+def _wire_test_sets(wb, parts: _TestSets, runs_picker: gr.Dropdown) -> None:
+    outputs = [parts.message, parts.metrics, parts.metric, parts.bars, parts.per_class, parts.scores]
+
+    def on_test_set(dataset_id):
+        return test_set_values(wb, dataset_id)
+
+    def on_refresh_test_sets(dataset_id):
+        return refresh_test_sets(wb, dataset_id), *test_set_values(wb, dataset_id)
+
+    def on_evaluate_runs(run_ids, dataset_id):
+        return evaluate_selected(wb, run_ids, dataset_id), *test_set_values(wb, dataset_id)[1:]
+
+    parts.picker.input(on_test_set, [parts.picker], outputs)
+    parts.refresh.click(on_refresh_test_sets, [parts.picker], [parts.picker, *outputs])
+    parts.evaluate.click(on_evaluate_runs, [runs_picker, parts.picker], outputs)
+    parts.metric.change(lambda name, scores: metric_bars(scores, name), [parts.metric, parts.scores], [parts.bars],
+                        show_progress="hidden")
 
 
 def _as_id(value: Any) -> int | None:

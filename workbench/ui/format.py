@@ -22,8 +22,12 @@ STATUS_ICONS = {
 }
 # The metric the Runs table shows per task, in order of preference (the keys of the training CLI contract).
 MAIN_METRICS = HEADLINE_METRICS
-RUN_TABLE_HEADERS = ["ID", "Name", "Status", "Progress", "ETA", "Main metric", "Model", "Dataset", "Created"]
+RUN_TABLE_HEADERS = ["ID", "Name", "Kind", "Status", "Progress", "ETA", "Main metric", "Model", "Dataset",
+                     "Created"]
 MISSING = "—"
+# Runs of these kinds put a trained run's model to work (workbench.services.predictions); "train" trains one.
+JOB_KINDS = ("predict", "evaluate")
+KIND_LABELS = {"predict": "prediction job", "evaluate": "evaluation job"}
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -137,6 +141,9 @@ def baseline_html(metrics: Mapping[str, Any] | None) -> str:
 
 
 def run_name(run: Mapping[str, Any]) -> str:
+    if not run.get("name") and is_job(run):
+        parent = run.get("parent_run_id")
+        return f"{KIND_LABELS[run['kind']]} #{run.get('id')}" + (f" of run #{parent}" if parent else "")
     return run.get("name") or f"{run.get('task', 'run')} #{run.get('id')}"
 
 
@@ -230,19 +237,98 @@ def eta_text(run: Mapping[str, Any]) -> str:
 
 
 def run_row(run: Any) -> list[Any]:
-    """One row of the Runs table; the column order is ``RUN_TABLE_HEADERS``."""
+    """One row of the Runs table; the column order is ``RUN_TABLE_HEADERS``.
+
+    A prediction or evaluation job counts rows, not steps: its progress cell reads
+    ``rows 1,200 / 10,000 · 340 rows/s · ETA 26s`` and its dataset cell names its input.
+    """
     run = as_dict(run)
+    job = is_job(run)
     return [
         run.get("id"),
         run_name(run),
-        " · ".join(b for b in (status_label(str(run.get("status", ""))), phase_text(run)) if b),
-        progress_bar(run.get("progress")),
-        eta_text(run),
+        str(run.get("kind") or "train"),
+        " · ".join(b for b in (status_label(str(run.get("status", ""))), "" if job else phase_text(run)) if b),
+        job_progress_text(run) if job else progress_bar(run.get("progress")),
+        job_eta_text(run) if job else eta_text(run),
         metric_cell(str(run.get("task", "")), run.get("metrics")),
         model_name(run.get("model")),
-        dataset_name(run),
+        (run.get("input_name") or dataset_name(run)) if job else dataset_name(run),
         format_time(run.get("created_at")),
     ]
+
+
+def is_job(run: Mapping[str, Any]) -> bool:
+    """Whether ``run`` is a prediction or evaluation job rather than a training run."""
+    return run.get("kind") in JOB_KINDS
+
+
+def kind_label(run: Mapping[str, Any]) -> str:
+    return KIND_LABELS.get(str(run.get("kind")), "run")
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def job_counts(run: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """Rows done and rows in all of a job (a job's steps are its rows when the service gives no row keys)."""
+    done = run.get("rows_done") if run.get("rows_done") is not None else run.get("step")
+    total = run.get("rows_total") if run.get("rows_total") is not None else run.get("total_steps")
+    return _whole(done), _whole(total) or None
+
+
+def job_rate(run: Mapping[str, Any]) -> float | None:
+    """Rows per second: as measured, else what the rows left and the ETA imply while it runs."""
+    rate = run.get("rows_per_second")
+    if isinstance(rate, (int, float)) and rate > 0:
+        return float(rate)
+    done, total = job_counts(run)
+    eta = run.get("eta_seconds")
+    if run.get("status") == "running" and total and done is not None and isinstance(eta, (int, float)) and eta > 0:
+        return (total - done) / eta if total > done else None
+    return None
+
+
+def job_rows_text(run: Mapping[str, Any]) -> str:
+    """``1,200 / 10,000`` (``1,200`` while the total is unknown, ``—`` before the first row)."""
+    done, total = job_counts(run)
+    if done is None and total is None:
+        return MISSING
+    return f"{done or 0:,} / {total:,}" if total else f"{done or 0:,}"
+
+
+def rate_text(rate: float | None) -> str:
+    """Rows per second: ``340``, ``1,204``; ``0.25`` for a slow job (not a misleading ``0``)."""
+    if not rate:
+        return MISSING
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
+
+
+def job_eta_text(run: Mapping[str, Any]) -> str:
+    status = run.get("status")
+    if status == "queued":
+        return "waiting"
+    if status not in ACTIVE_STATES:
+        return MISSING
+    return format_duration(run.get("eta_seconds"))
+
+
+def job_progress_text(run: Mapping[str, Any]) -> str:
+    """A job's progress cell: ``rows 1,200 / 10,000 · 340 rows/s · ETA 26s``."""
+    rate, eta = (job_rate(run) if run.get("status") != "queued" else None), job_eta_text(run)
+    bits = [f"rows {job_rows_text(run)}", f"{rate_text(rate)} rows/s" if rate else "",
+            f"ETA {eta}" if run.get("status") == "running" and eta != MISSING else ""]
+    return " · ".join(b for b in bits if b)
+
+
+def score_text(metrics: Mapping[str, Any] | None) -> str:
+    """The headline metric of whichever task wrote ``metrics`` (an evaluation's score), or ``—``."""
+    for task in MAIN_METRICS:
+        found = main_metric(task, metrics)
+        if found:
+            return f"{found[0]} {format_metric(found[1])}"
+    return MISSING
 
 
 def run_choice(run: Any) -> tuple[str, int]:

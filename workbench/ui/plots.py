@@ -328,3 +328,10 @@ def bar_chart_svg(frame: pd.DataFrame, x: str, y: str, title: str, *, colour_by:
         parts.append(f"<text x='{lx:.1f}' y='{ly}' font-size='10' text-anchor='{'end' if rotate else 'middle'}'"
                      + (f" transform='rotate(-40 {lx:.1f} {ly})'" if rotate else "") + f">{label}</text>")
     return _frame_svg(title, "".join(parts), list(legend.items()), x_title, y_title)
+
+
+def metric_bars_frame(scores: Mapping[str, Mapping[str, Any]], metric: str) -> pd.DataFrame:
+    """One bar per run (``scores``: run label → its metrics) for ``metric``; runs without it are left out."""
+    rows = [{"run": label, "value": float(values[metric])} for label, values in scores.items()
+            if isinstance((values or {}).get(metric), (int, float)) and not isinstance(values[metric], bool)]
+    return pd.DataFrame(rows, columns=["run", "value"])

@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
-from workbench.ui import plots
+from workbench.ui import plots, predict_panel
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 25
@@ -36,6 +36,8 @@ ERROR_INPUT_CHARS = 160
 EMPTY_STATE = ("<div id='run-empty' class='wb-muted'><b>No run selected.</b> Click a row in the table to open a "
                "run: its curves, log, metrics, errors and spec appear here.</div>")
 NO_RUN_KEY = "none"
+JOB_CURVES_NOTE = ("A prediction or evaluation job trains nothing, so it has no curves: its progress counts rows "
+                   "(above), and an evaluation's scores are in the Metrics tab.")
 SHARE_HEADERS = ["Slug", "Link", "Access", "Created"]
 
 
@@ -83,6 +85,7 @@ class RunView:
     confusion: str
     errors: list[list[Any]]
     spec: str
+    curves_note: str = ""  # what empty curve charts say instead of "no points yet" (a job has none)
 
 
 def run_header(run: dict[str, Any]) -> str:
@@ -198,7 +201,7 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     run = fmt.as_dict(runs_service.get_run(wb, int(run_id)))
     status = str(run.get("status", ""))
     key = (f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}:{run.get('heartbeat_at')}:"
-           f"{run.get('phase')}:{run.get('phase_done')}")
+           f"{run.get('phase')}:{run.get('phase_done')}:{run.get('rows_done')}")
     if key == last_key:
         return None
     curves = runs_service.run_curves(wb, int(run_id))
@@ -209,12 +212,15 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         tables = runs_service.read_run_tables(run["output_dir"])
         predictions = runs_service.read_run_errors(run["output_dir"])
     labels, matrix = confusion_parts(tables)
+    job = fmt.is_job(run)
+    header = predict_panel.job_header(run, predict_panel.output_names(wb, run)) if job else run_header(run)
     return RunView(
-        key=key, header=run_header(run), status=status,
+        key=key, header=header, status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
         log_tail=log_text or "(no log yet)", final_metrics=metrics_rows(run.get("metrics") or {}),
         per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix),
-        errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str))
+        errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str),
+        curves_note=JOB_CURVES_NOTE if job else "")
 
 
 def selected_run(rid: Any) -> Optional[int]:
@@ -244,9 +250,9 @@ def detail_values(wb, rid: Any, last_key: str) -> tuple:
                 *[gr.skip()] * (DETAIL_OUTPUTS - 1), "")
     if view is None:
         return (*[gr.skip()] * DETAIL_OUTPUTS, last_key)
-    return (view.header, plots.line_chart_svg(view.loss, "Loss"),
+    return (view.header, plots.line_chart_svg(view.loss, "Loss", empty=view.curves_note or "No points yet."),
             plots.line_chart_svg(view.metrics_curves, "Evaluation metrics",
-                                 empty="Evaluation metrics appear after the first evaluation."),
+                                 empty=view.curves_note or "Evaluation metrics appear after the first evaluation."),
             view.log_tail, view.final_metrics, view.per_class, view.confusion, view.errors, view.spec, view.key)
 
 
@@ -367,7 +373,7 @@ def _build_listing() -> _Listing:
         page = gr.Number(1, label="Page", precision=0, minimum=1, min_width=80)
         caption = gr.Markdown(elem_id="runs-caption")
     table = gr.Dataframe(headers=fmt.RUN_TABLE_HEADERS, interactive=False, elem_id="runs-table", max_height=420,
-                         column_widths=["6%", "16%", "11%", "15%", "7%", "13%", "13%", "11%", "10%"])
+                         column_widths=["5%", "13%", "7%", "10%", "15%", "6%", "12%", "12%", "10%", "10%"])
     return _Listing(status_filter, search, sort, page, caption, table)
 
 
@@ -480,6 +486,7 @@ class _Details:
     confusion: gr.HTML
     errors: gr.Dataframe
     spec: gr.Code
+    predict: predict_panel.PredictPanel
     share: Optional[_Share]
 
     @property
@@ -515,9 +522,11 @@ def _build_details(can_publish: bool) -> _Details:
                                   elem_id="run-errors", column_widths=["14%", "14%", "7%", "15%", "50%"])
         with gr.Tab("Spec", id="spec"):
             spec = gr.Code(language="json", interactive=False)
+        with gr.Tab("Predict", id="predict", elem_id="run-predict"):
+            predict = predict_panel.build_panel()
         share = _build_share() if can_publish else None
     return _Details(header, detail_tabs, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion,
-                    errors, spec, share)
+                    errors, spec, predict, share)
 
 
 def build(wb) -> RunsTab:
@@ -534,6 +543,7 @@ def build(wb) -> RunsTab:
     _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
     _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
     _wire_actions(wb, actions)
+    predict_panel.wire(wb, details.predict, actions.run_id, timer)
     if details.share is not None:
         _wire_share(wb, actions, details.tabs, details.share)
 
