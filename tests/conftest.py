@@ -103,6 +103,8 @@ def review_audit_wb(review_audit, tmp_path):
 SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tests/test_ddp_cpu.py",
               "tests/test_worker_e2e.py", "tests/test_engine_e2e.py", "tests/test_gpu_check.py",
               "tests/browser/test_audit_browser.py", "tests/test_sweep_cli.py", "tests/test_playground_cli.py",
+              "tests/test_evaluate_job.py", "tests/test_predict_e2e.py", "tests/browser/test_predict_browser.py",
+              "tests/test_ui_predict.py", "tests/test_cli_predict.py",
               "tests/test_engine_architectures.py", "tests/test_worker.py", "tests/test_sweeps.py",
               "tests/test_cli_runs.py", "tests/browser/test_sweeps_browser.py", "tests/test_data_store.py",
               "tests/browser/test_playground_browser.py")
