@@ -34,6 +34,7 @@ from storage.datasets import read_qa, read_text, read_tokens
 from storage.datasets.columns import ColumnMapping, detect
 from storage.datasets.formats import SUFFIXES
 from storage.datasets.problems import ProblemLog
+from storage.datasets.read_classification import DelimitedRows
 from storage.datasets.records import iter_json_lines
 from storage.datasets.source import SourceInfo, open_text, read_head, scan
 from storage.errors import ConfigError, DataValidationError
@@ -316,29 +317,10 @@ def _read_delimited(stream: TextIO, name: str, task: str, given: Optional[Column
         _report_missing(name, header_line, header, missing, problems)
         return
     found["mapping"] = mapping
-    rows, failures, previous_end = 0, 0, reader.line_num
-    while failures <= 100:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            failures += 1
-            problems.error(name, f"cannot parse this row: {exc}", line=previous_end + 1,
-                           hint="close the quotes of a quoted field, or quote fields that contain quotes")
-            previous_end = reader.line_num
-            continue
-        start, previous_end = previous_end + 1, reader.line_num
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        rows += 1
-        if len(row) != len(header):
-            problems.error(name, f"ragged row: {len(row)} field(s), but the header has {len(header)}", line=start,
-                           hint=f"quote fields that contain {'a tab' if delimiter == chr(9) else 'a comma'}, "
-                                "or add/remove delimiters so every row has one field per column")
-            continue
+    rows = DelimitedRows(reader, len(header), name, problems, delimiter)
+    for start, row in rows:
         yield start, dict(zip(header, row))
-    if rows == 0 and not problems.has_errors:
+    if rows.seen == 0 and not problems.has_errors:
         problems.error(name, "the file has a header row but no rows to predict", line=header_line,
                        hint="add one row per text below the header")
 

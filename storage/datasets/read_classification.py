@@ -38,6 +38,42 @@ class LabelReader:
         return [text] if self.multi else text
 
 
+class DelimitedRows:
+    """(first line, fields) of each data row of a CSV/TSV ``reader`` after its header: blank rows are skipped,
+    a row that cannot be parsed or has another number of fields than the header is reported to ``log`` and
+    skipped, and after 100 unparseable rows reading stops. ``seen`` counts the non-blank rows, ragged ones
+    included. The Data tab and prediction files (``jobs.predict.inputs``) read rows through this one loop."""
+
+    def __init__(self, reader, width: int, name: str, log: ProblemLog, delimiter: str):
+        self.reader, self.width, self.name, self.log, self.delimiter = reader, width, name, log, delimiter
+        self.seen = 0
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        reader, name, log = self.reader, self.name, self.log
+        previous_end, failures = reader.line_num, 0
+        while failures <= 100:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                failures += 1
+                log.error(name, f"cannot parse this row: {exc}", line=previous_end + 1,
+                          hint="close the quotes of a quoted field, or quote fields that contain quotes")
+                previous_end = reader.line_num
+                continue
+            start, previous_end = previous_end + 1, reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            self.seen += 1
+            if len(row) != self.width:
+                log.error(name, f"ragged row: {len(row)} field(s), but the header has {self.width}", line=start,
+                          hint=f"quote fields that contain {'a tab' if self.delimiter == chr(9) else 'a comma'}, "
+                               "or add/remove delimiters so every row has one field per column")
+                continue
+            yield start, row
+
+
 def _mapping_problems(name: str, names: Sequence[str], mapping: ColumnMapping, log: ProblemLog,
                       line: int = 1) -> bool:
     """Report missing columns; True when the mapping is usable."""
@@ -109,36 +145,13 @@ def read_delimited(stream: TextIO, name: str, columns: ColumnMapping | None, log
     where = {role: header.index(col) for role, col in
              (("text", mapping.text), ("label", mapping.label), ("pair", mapping.text_pair)) if col is not None}
     labels = LabelReader(mapping.label_separator)
-    rows = 0
-    previous_end = reader.line_num
-    failures = 0
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            failures += 1
-            log.error(name, f"cannot parse this row: {exc}", line=previous_end + 1,
-                      hint="close the quotes of a quoted field, or quote fields that contain quotes")
-            previous_end = reader.line_num
-            if failures > 100:
-                return
-            continue
-        start, previous_end = previous_end + 1, reader.line_num
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        rows += 1
-        if len(row) != len(header):
-            log.error(name, f"ragged row: {len(row)} field(s), but the header has {len(header)}", line=start,
-                      hint=f"quote fields that contain {'a tab' if delimiter == chr(9) else 'a comma'}, "
-                           "or add/remove delimiters so every row has one field per column")
-            continue
+    rows = DelimitedRows(reader, len(header), name, log, delimiter)
+    for start, row in rows:
         pair = row[where["pair"]] if "pair" in where else None
         record = _record(name, start, row[where["text"]], pair, row[where["label"]], mapping, labels, log)
         if record is not None:
             yield record
-    if rows == 0:
+    if rows.seen == 0:
         log.error(name, "the file has a header row but no examples", line=header_line,
                   hint="add one example per row")
 
