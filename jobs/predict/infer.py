@@ -39,18 +39,10 @@ _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", TOKENS: "AutoModel
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def pick_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TrainingError("a GPU was asked for but none is available", "run on the CPU (device auto)")
-    return device
-
-
 def load_predictor(model: ModelRef, device: str = "auto") -> "TorchPredictor":
     """The run's model (``model.model_dir``: a Trainer-saved folder or a SetFit run's) ready to predict."""
+    from jobs.training import pick_device  # torch and transformers load only when a model does
+
     model_dir = Path(model.model_dir)
     if not (model_dir / "config.json").is_file():
         raise TrainingError(f"run {model.run_id} has no saved model in {model_dir}",
