@@ -10,7 +10,7 @@ import datetime as dt
 import html
 import json
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
@@ -429,3 +429,13 @@ def problems_markdown(problems: Sequence[Any], limit: int = 20) -> str:
     if len(problems) > limit:
         lines.append(f"- … and {len(problems) - limit} more")
     return "\n".join(lines)
+
+
+def positive_id(value: Any) -> Optional[int]:
+    """A run or job id from a component's value, or None: an empty ``gr.Number`` arrives as None, "" or 0
+    (ids start at 1), a table cell as a string."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None

@@ -31,18 +31,10 @@ INPUT_FORMATS = (AUTO, "csv", "tsv", "jsonl", "txt", "conll", "squad")
 NO_RUN_NOTE = "Pick a run first (click its row in the Runs table): a succeeded run's model labels whole files here."
 
 
-def _run_id(value: Any) -> Optional[int]:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
-
-
 def model_run(wb, rid: Any) -> tuple[Optional[dict[str, Any]], str]:
     """The run whose model this tab puts to work (a job's own model run when a job is selected), and the note
     that says why it cannot predict now ("" when it can)."""
-    rid = _run_id(rid)
+    rid = fmt.positive_id(rid)
     if rid is None:
         return None, NO_RUN_NOTE
     try:
@@ -50,7 +42,7 @@ def model_run(wb, rid: Any) -> tuple[Optional[dict[str, Any]], str]:
     except WorkbenchError as exc:
         return None, fmt.ui_message(exc)
     if fmt.is_job(run):
-        parent = _run_id(run.get("parent_run_id"))
+        parent = fmt.positive_id(run.get("parent_run_id"))
         note = (f"This is {fmt.kind_label(run)} #{rid} of run #{parent}: its files are below. "
                 f"Open run #{parent} to label or score another file.")
         return (fmt.as_dict(runs_service.get_run(wb, parent)) if parent else None), note
@@ -140,18 +132,18 @@ class PanelValues:
 def panel_values(wb, rid: Any) -> PanelValues:
     """Everything the tab shows when a run is selected; a selected job is picked for download at once."""
     run, note = model_run(wb, rid)
-    model_id = _run_id((run or {}).get("id"))
+    model_id = fmt.positive_id((run or {}).get("id"))
     rows, choices, jobs_key = job_table(wb, model_id)
     key = _key(note, jobs_key)
     can = run is not None and not note
     test_sets = test_set_choices(wb, str(run.get("task"))) if can else []
-    return PanelValues(note, can, test_sets, rows, choices, _pick(choices, _run_id(rid)), key)
+    return PanelValues(note, can, test_sets, rows, choices, _pick(choices, fmt.positive_id(rid)), key)
 
 
 def _pick(choices: list[tuple[str, int]], wanted: Any) -> Optional[int]:
     """The job to offer for download: ``wanted`` when it is finished, else the newest finished job."""
     values = [value for _, value in choices]
-    wanted = _run_id(wanted)
+    wanted = fmt.positive_id(wanted)
     return wanted if wanted in values else (values[0] if values else None)
 
 
@@ -210,7 +202,7 @@ def queue_evaluation(wb, rid: Any, dataset_id: Optional[str], upload: Any, text:
 
 def job_files(wb, job_id: Any) -> list[str]:
     """The output files of a finished job, for the download box."""
-    job_id = _run_id(job_id)
+    job_id = fmt.positive_id(job_id)
     if job_id is None:
         return []
     return [str(path) for path in predict_service.job_outputs(wb, job_id)]
@@ -302,7 +294,7 @@ def on_tick(wb, rid: Any, last_key: str, picked: Any = None) -> tuple:
     the selected run has just finished training and can now predict. A job that has just finished is
     offered for download unless another finished one is picked."""
     run, note = model_run(wb, rid)
-    rows, choices, jobs_key = job_table(wb, _run_id((run or {}).get("id")))
+    rows, choices, jobs_key = job_table(wb, fmt.positive_id((run or {}).get("id")))
     key = _key(note, jobs_key)
     if key == last_key:
         return (*[gr.skip()] * 5, last_key)

@@ -224,12 +224,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
 
 
 def selected_run(rid: Any) -> Optional[int]:
-    """The selected run id, or None: an empty ``gr.Number`` arrives as None, "" or 0 (ids start at 1)."""
-    try:
-        value = int(rid)
-    except (TypeError, ValueError):
-        return None
-    return value if value > 0 else None
+    """The selected run id, or None (``format.positive_id``)."""
+    return fmt.positive_id(rid)
 
 
 DETAIL_OUTPUTS = 9  # header, loss, metric curves, log, final metrics, per class, confusion, errors, spec
