@@ -8,11 +8,14 @@ artifacts) is the real code, on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, inspect, select
 
+from jobs.predict.inputs import iter_rows, open_input
+from jobs.predict.spec import PredictSpec
 from jobs.worker import Worker
 from storage.db import make_engine, upgrade
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Artifact, Run
@@ -251,3 +254,75 @@ def test_a_job_whose_model_is_gone_fails_with_a_sentence(wb, tmp_path):
     runs.delete_run(wb, run_id)
     with pytest.raises(InvalidState, match=f"run {run_id}, whose model it uses, was deleted"):
         runs.retry_run(wb, job_id)
+
+
+# -- pairs of texts, and the kept inputs ----------------------------------------------------------------------
+
+def _validated_on(wb, run_id: int, *records: dict) -> None:
+    """The run's validation predictions, as the engine writes them beside the model folder."""
+    out = Path(runs.get_run(wb, run_id)["output_dir"])
+    (out / "predictions.jsonl").write_text("".join(json.dumps({**r, "label": "pos", "pred": "pos"}) + "\n"
+                                                   for r in records))
+
+
+def test_a_pair_run_needs_its_second_text_and_a_single_text_run_reads_none(wb, tmp_path):
+    pair_run, single_run = trained_run(wb), trained_run(wb)
+    _validated_on(wb, pair_run, {"text": "a man sleeps", "text_pair": "a person rests"})
+    _validated_on(wb, single_run, {"text": "a good film"})
+    texts = reviews_csv(tmp_path)
+    _refused(wb, DataValidationError, "reviews.csv:1: error: missing column: no text_pair column found \\(columns: "
+             "'id', 'text'\\) — the run was trained on pairs of texts", lambda: predictions.submit_prediction(
+                 wb, pair_run, texts))
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a man sleeps\n")
+    _refused(wb, ConfigError, "lines.txt: a TXT file holds one text per line, and the run was trained on pairs",
+             lambda: predictions.submit_prediction(wb, pair_run, lines))
+    both = tmp_path / "pairs.csv"
+    both.write_text("premise,hypothesis\na man sleeps,a person rests\n")
+    _refused(wb, DataValidationError, "no text_pair column found", lambda: predictions.submit_prediction(
+        wb, pair_run, both, columns={"text": "premise"}))
+    job = predictions.submit_prediction(wb, pair_run, both, columns={"text": "premise", "text_pair": "hypothesis"})
+    spec = PredictSpec.from_dict(runs.get_run(wb, job)["spec"])
+    assert spec.pairs is True
+    assert open_input(spec, "text-classification").mapping == {"text": "premise", "text_pair": "hypothesis"}
+
+    # a single-text run given a file with a second-text column reads the first text only
+    detected = tmp_path / "detected.csv"
+    detected.write_text("text,text_pair\na man sleeps,a person rests\n")
+    job = predictions.submit_prediction(wb, single_run, detected)
+    spec = PredictSpec.from_dict(runs.get_run(wb, job)["spec"])
+    assert spec.pairs is False
+    source = open_input(spec, "text-classification")
+    assert source.mapping == {"text": "text"} and source.columns == ("text", "text_pair")
+    assert [row.features for row in iter_rows(source)] == [{"text": "a man sleeps"}]
+    _refused(wb, ConfigError, "the run was trained on single texts; it does not read a second text, so the column "
+             "'text_pair'", lambda: predictions.submit_prediction(wb, single_run, detected,
+                                                                   columns={"text_pair": "text_pair"}))
+
+    # the job checks again: a spec queued for a pair model, on a file without the second text
+    with pytest.raises(DataValidationError, match="trained on pairs of texts"):
+        open_input(PredictSpec(kind="predict", run_id=pair_run, input_path=str(texts), pairs=True),
+                   "text-classification")
+
+
+def test_a_kept_input_goes_with_the_last_prediction_job_that_reads_it(wb, tmp_path):
+    run_id = trained_run(wb)
+    data = reviews_csv(tmp_path)
+    first = predictions.submit_prediction(wb, run_id, data)
+    second = predictions.submit_prediction(wb, run_id, data)
+    other = predictions.submit_prediction(wb, run_id, reviews_csv(tmp_path, "other.csv", rows=7))
+    kept = {i: Path(runs.get_run(wb, i)["spec"]["input_path"]) for i in (first, second, other)}
+    assert kept[first] == kept[second] != kept[other] and all(p.is_file() for p in kept.values())
+    data.unlink()  # the user's own file may go: the job reads its kept copy
+    for job in (first, second, other):
+        runs.cancel_run(wb, job)
+    runs.delete_run(wb, first)
+    assert kept[first].is_file()  # the second job still reads the same bytes
+    runs.delete_run(wb, second)
+    assert not kept[first].exists() and not kept[first].parent.exists()
+    assert kept[other].is_file()
+    runs.delete_run(wb, other)
+    assert list(predictions.inputs_dir(wb).iterdir()) == []
+    # a spec naming a file outside the kept inputs never makes the server delete it
+    outside = reviews_csv(tmp_path, "mine.csv")
+    assert not predictions.forget_input(wb, outside) and outside.is_file()

@@ -77,6 +77,30 @@ def run_abstains(model_dir: str | Path) -> bool:
         return False
 
 
+def run_reads_pairs(model_dir: str | Path, look: int = 1000) -> Optional[bool]:
+    """Whether a text-classification run was trained on pairs of texts: its validation predictions
+    (``predictions.jsonl`` beside the model folder) carry ``text_pair``. None when they cannot tell (no file,
+    no records): the input's columns decide then."""
+    path = Path(model_dir).parent / "predictions.jsonl"
+    seen = False
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle):
+                if number >= look:
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "text" in record:
+                    seen = True
+                    if record.get("text_pair"):
+                        return True
+    except OSError:
+        return None
+    return False if seen else None
+
+
 class TorchPredictor:
     """A loaded model and tokenizer predicting batches of rows for one task."""
 

@@ -84,6 +84,7 @@ class InputFile:
     mapping: dict[str, str]  # which columns the model reads: {"text": ..., "text_pair": ...} / question, context
     rows: int
     given: Optional[ColumnMapping] = None  # the columns the user named (the spec's ``columns``)
+    pairs: Optional[bool] = None  # text classification: the model reads pairs of texts (PredictSpec.pairs)
     warnings: tuple[str, ...] = ()
     shown: str = ""  # the file's name as the user gave it
 
@@ -105,8 +106,8 @@ def open_input(spec: PredictSpec, task: str) -> InputFile:
     if problems.has_errors:
         raise _invalid(problems, path.name, shown)
     fmt = spec.input_format or detect_input_format(task, Path(shown), read_head(info))
-    check_shape(task, fmt, shown)
-    draft = InputFile(info, task, fmt, (), {}, 0, _given(spec))
+    check_shape(task, fmt, shown, pairs=spec.pairs)
+    draft = InputFile(info, task, fmt, (), {}, 0, _given(spec), pairs=spec.pairs)
     columns: dict[str, None] = {}  # an ordered set: the union of the rows' columns (JSON Lines rows may differ)
     rows = 0
     found: dict[str, Any] = {}
@@ -194,11 +195,14 @@ def _looks_like_conll(head: str) -> bool:
         " " not in line.split("\t")[-1].strip() and len(line.split("\t")[0]) <= 40 for line in filled)
 
 
-def check_shape(task: str, fmt: str, name: str) -> None:
+def check_shape(task: str, fmt: str, name: str, *, pairs: Optional[bool] = None) -> None:
     """Refuse a format that cannot hold this task's inputs, saying what would."""
     if fmt not in FORMATS_BY_TASK[task]:
         raise ConfigError(f"{name}: {FORMAT_NAMES.get(fmt, fmt)} does not fit a {task} run; it predicts from "
                           f"{WHAT_FITS[task]}")
+    if task == TEXT and pairs and fmt == "txt":
+        raise ConfigError(f"{name}: a TXT file holds one text per line, and the run was trained on pairs of texts; "
+                          "give a CSV/TSV/JSON Lines file with a text and a text_pair column")
 
 
 # ---------------------------------------------------------------- readers
@@ -208,9 +212,9 @@ def _rows(source: InputFile, problems: ProblemLog, found: dict[str, Any]) -> Ite
     with open_text(source.info) as stream:
         if source.format in ("csv", "tsv"):
             rows = _read_delimited(stream, name, source.task, given, problems, found,
-                                   "," if source.format == "csv" else "\t")
+                                   "," if source.format == "csv" else "\t", pairs=source.pairs)
         elif source.format == "jsonl":
-            rows = _read_jsonl(stream, name, source.task, given, problems, found)
+            rows = _read_jsonl(stream, name, source.task, given, problems, found, pairs=source.pairs)
         elif source.format == "txt":
             rows = ((r.line, {"text": r.data["text"]}) for r in read_text.read_text(stream, name, problems, "lines"))
             found["mapping"] = {"text": "text"}
@@ -250,11 +254,15 @@ def _text(value: Any) -> str:
 
 
 def resolve_mapping(task: str, names: Sequence[str], given: Optional[ColumnMapping],
-                    sample: Optional[dict] = None) -> tuple[dict[str, str], list[tuple[str, Optional[str], str]]]:
+                    sample: Optional[dict] = None, *, pairs: Optional[bool] = None
+                    ) -> tuple[dict[str, str], list[tuple[str, Optional[str], str]]]:
     """Which columns the model reads, and the (role, column, option) of each one that is missing.
 
     The Data tab's detection, with the label optional; a file with one column reads it as the text. For QA
-    the mapping's ``text`` names the question column and ``text_pair`` the context column.
+    the mapping's ``text`` names the question column and ``text_pair`` the context column. ``pairs`` (text
+    classification): True when the model was trained on pairs of texts, so the second text is needed;
+    False when it reads single texts, so a detected second-text column is not read (naming one is an
+    error); None (jobs queued before runs recorded it): read a second text when one is found.
     """
     given = given or ColumnMapping()
     if task == QA:
@@ -272,7 +280,11 @@ def resolve_mapping(task: str, names: Sequence[str], given: Optional[ColumnMappi
     if text is None and len([n for n in names if n != detected.label]) == 1:
         text = next(n for n in names if n != detected.label)
     mapping = {"text": text}
-    if task == TEXT and (given.text_pair or detected.text_pair):
+    if task == TEXT and pairs is False and given.text_pair:
+        raise ConfigError(f"the run was trained on single texts; it does not read a second text, so the column "
+                          f"{given.text_pair!r} named as the second text (--text-pair-column) cannot be used: "
+                          "leave it out, or predict with a run trained on pairs of texts")
+    if task == TEXT and (pairs or (pairs is None and (given.text_pair or detected.text_pair))):
         mapping["text_pair"] = given.text_pair or detected.text_pair
     if task == TOKENS and sample is not None and given.text and isinstance(sample.get(given.text), list):
         return {"tokens": given.text}, []
@@ -291,12 +303,18 @@ def _checked(mapping: dict[str, Optional[str]], names: Sequence[str], options: d
     return {role: column for role, column in mapping.items() if column is not None}, missing
 
 
+def missing_why(role: str) -> str:
+    """What a missing column is for, where the role's name does not say it."""
+    return " — the run was trained on pairs of texts, so each row needs its second text" if role == "text_pair" else ""
+
+
 def _report_missing(name: str, line: int, names: Sequence[str], missing: list, problems: ProblemLog,
                     what: str = "column") -> None:
     present = ", ".join(repr(n) for n in names) or "none"
     for role, column, option in missing:
         if column is None:
-            problems.error(name, f"missing {what}: no {role} {what} found ({what}s: {present})", line=line,
+            problems.error(name, f"missing {what}: no {role} {what} found ({what}s: {present}){missing_why(role)}",
+                           line=line,
                            hint=f"name the {role} {what} with {option}, or rename it to {role!r}")
         else:
             problems.error(name, f"missing {what}: the {role} {what} {column!r} is not in the file "
@@ -305,14 +323,15 @@ def _report_missing(name: str, line: int, names: Sequence[str], missing: list, p
 
 
 def _read_delimited(stream: TextIO, name: str, task: str, given: Optional[ColumnMapping], problems: ProblemLog,
-                    found: dict[str, Any], delimiter: str) -> Iterator[tuple[int, dict[str, Any]]]:
+                    found: dict[str, Any], delimiter: str, *, pairs: Optional[bool] = None
+                    ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows of a CSV (RFC 4180 quoting) or TSV (no quoting) file with a header row, read as the Data tab reads them."""
     reader = csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
     header = _header(reader, name, problems)
     if header is None:
         return
     header_line = reader.line_num
-    mapping, missing = resolve_mapping(task, header, given)
+    mapping, missing = resolve_mapping(task, header, given, pairs=pairs)
     if missing:
         _report_missing(name, header_line, header, missing, problems)
         return
@@ -341,14 +360,14 @@ def _header(reader, name: str, problems: ProblemLog) -> Optional[list[str]]:
 
 
 def _read_jsonl(stream: TextIO, name: str, task: str, given: Optional[ColumnMapping], problems: ProblemLog,
-                found: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+                found: dict[str, Any], *, pairs: Optional[bool] = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """One JSON object per line; the keys the model reads are found in the first object and needed in every one."""
     mapping: Optional[dict[str, str]] = None
     rows = 0
     for line, obj in iter_json_lines(stream, name, problems):
         rows += 1
         if mapping is None:
-            mapping, missing = resolve_mapping(task, list(obj), given, sample=obj)
+            mapping, missing = resolve_mapping(task, list(obj), given, sample=obj, pairs=pairs)
             if missing:
                 _report_missing(name, line, list(obj), missing, problems, what="key")
                 return

@@ -41,6 +41,9 @@ class PredictSpec:
     # column, when present, is carried through to the output like any other input column
     columns: dict[str, Any] = dataclasses.field(default_factory=dict)
     output_format: str = "csv"  # one of OUTPUT_FORMATS
+    # text classification: True when the model was trained on pairs of texts (each row needs its second text),
+    # False on single texts (a second-text column is not read); None: read one when found (jobs queued before)
+    pairs: Optional[bool] = None
     dataset_id: Optional[str] = None  # evaluate: the stored test set
     batch_size: Optional[int] = None  # None: chosen for the device
     chunk_rows: int = DEFAULT_CHUNK_ROWS  # rows per resumable chunk

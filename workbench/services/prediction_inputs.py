@@ -30,10 +30,11 @@ log = logging.getLogger(__name__)
 
 
 def check_input(path: Path, task: str, *, name: str, input_format: Optional[str],
-                columns: Optional[Mapping[str, Any]], max_bytes: int) -> tuple[str, str]:
+                columns: Optional[Mapping[str, Any]], max_bytes: int, pairs: Optional[bool] = None) -> tuple[str, str]:
     """(format, sha256 of the bytes) of a file a ``task`` model can predict on, found as the job will find
     them (``jobs.predict.inputs``); raises ``DataValidationError`` (file and line) or ``ConfigError`` (a
-    format that cannot hold the task's inputs)."""
+    format that cannot hold the task's inputs). ``pairs``: the model reads pairs of texts
+    (``jobs.predict.inputs.resolve_mapping``)."""
     if task not in inputs.FORMATS_BY_TASK:
         raise ConfigError(f"prediction files are not supported for {task} runs")
     problems = ProblemLog()
@@ -42,9 +43,9 @@ def check_input(path: Path, task: str, *, name: str, input_format: Optional[str]
         raise DataValidationError(_renamed(problems.errors(), name))
     head = read_head(info)
     fmt = input_format or inputs.detect_input_format(task, path, head)
-    inputs.check_shape(task, fmt, name)
+    inputs.check_shape(task, fmt, name, pairs=pairs)
     given = column_mapping(columns)
-    _check_head(fmt, task, head, name, given)
+    _check_head(fmt, task, head, name, given, pairs)
     return fmt, info.sha256
 
 
@@ -64,17 +65,18 @@ def _renamed(problems: list[Problem], name: str) -> list[Problem]:
     return [Problem(p.severity, name, p.message, p.line, p.record, p.column, p.hint) for p in problems]
 
 
-def _check_head(fmt: str, task: str, head: str, name: str, given: Optional[ColumnMapping]) -> None:
+def _check_head(fmt: str, task: str, head: str, name: str, given: Optional[ColumnMapping],
+                pairs: Optional[bool]) -> None:
     lines = [(number, line) for number, line in enumerate(head.splitlines(), 1) if line.strip()]
     if not lines:
         _fail(name, "the file has no text in it", hint="give a file with one example per line or row")
     if fmt in ("csv", "tsv"):
         number, names = _header(head, name, "," if fmt == "csv" else "\t")
-        _check_columns(*inputs.resolve_mapping(task, names, given), names=names, name=name, line=number)
+        _check_columns(*inputs.resolve_mapping(task, names, given, pairs=pairs), names=names, name=name, line=number)
     elif fmt == "jsonl":
         number, raw = lines[0]
         first = _json_object(raw, name, number)
-        _check_columns(*inputs.resolve_mapping(task, list(first), given, sample=first), names=list(first),
+        _check_columns(*inputs.resolve_mapping(task, list(first), given, sample=first, pairs=pairs), names=list(first),
                        name=name, line=number)
     elif fmt == "squad" and not (head.lstrip("\ufeff \t\r\n").startswith("{") and '"data"' in head):
         _fail(name, 'this is not SQuAD JSON: it should be one object with a "data" list', line=lines[0][0],
@@ -112,7 +114,8 @@ def _check_columns(mapping: dict[str, str], missing: list[tuple[str, Optional[st
     present = ", ".join(repr(n) for n in names) or "none"
     for role, column, option in missing[:1]:
         if column is None:
-            _fail(name, f"missing column: no {role} column found (columns: {present})", line=line,
+            _fail(name, f"missing column: no {role} column found (columns: {present}){inputs.missing_why(role)}",
+                  line=line,
                   hint=f"name the {role} column with {option}, or rename it to {role!r}")
         _fail(name, f"missing column: the {role} column {column!r} is not in the file (columns: {present})",
               line=line, column=column, hint=f"check the spelling, or choose another column with {option}")

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import aliased
 
 from jobs import queue
+from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
 from storage.context import Workbench
 from storage.datasets.lookup import find_dataset
@@ -38,6 +39,31 @@ _OUTPUT_ORDER = {"predictions": 0, "metrics": 1, "tables": 2}
 def inputs_dir(wb: Workbench) -> Path:
     """Where the files given to prediction jobs are kept (``<home>/predictions/inputs/<sha>/<name>``)."""
     return wb.settings.home / "predictions" / "inputs"
+
+
+def forget_input(wb: Workbench, path: Path) -> bool:
+    """Remove a kept input file (``inputs_dir``) once no prediction job names it; True when it was removed.
+
+    Called when a prediction job is deleted: the same bytes are kept once for every job given them
+    (``keep_input``), so the file goes with the last job that reads it, and its folder when empty."""
+    root = inputs_dir(wb).resolve()
+    try:
+        resolved = path.resolve()
+    except OSError:
+        return False
+    if resolved.parent.parent != root or not resolved.is_file():
+        return False  # only files this module kept, never a path a spec could name elsewhere
+    with wb.db.session() as session:
+        specs = session.execute(select(Run.spec).where(Run.kind == KIND_PREDICT)).scalars()
+        if any((spec or {}).get("input_path") and Path(spec["input_path"]).resolve() == resolved for spec in specs):
+            return False
+    resolved.unlink(missing_ok=True)
+    try:
+        resolved.parent.rmdir()
+    except OSError:
+        pass  # another kept name of the same bytes is still there
+    log.info("removed the kept input %s: no prediction job reads it any more", resolved)
+    return True
 
 
 def _not_ready(run_id: int, status: str) -> str:
@@ -82,14 +108,15 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
     with wb.db.session() as session:
         run = model_run(session, run_id)
         task, model = run.task, run.model
+        pairs = run_reads_pairs(Path(run.output_dir) / "model") if task == "text-classification" else None
     source = _existing_file(input_path)
     name = Path(input_name or source.name).name
     # The spec checks the formats before the file is read.
     spec = PredictSpec(kind=KIND_PREDICT, run_id=run_id, input_path=str(source), input_name=name,
                        input_format=input_format, columns=dict(columns or {}), output_format=output_format,
-                       name=f"predict {name}")
+                       name=f"predict {name}", pairs=pairs)
     fmt, sha256 = check_input(source, task, name=name, input_format=input_format, columns=columns,
-                              max_bytes=wb.settings.max_upload_mb * 10**6)
+                              max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
     kept = keep_input(inputs_dir(wb), source, name, sha256)
     named = column_mapping(columns)
     spec = dataclasses.replace(spec, input_path=str(kept), input_format=fmt, columns=named.to_dict() if named else {})

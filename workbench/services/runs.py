@@ -23,8 +23,9 @@ from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, TERMINAL
 from storage.context import Workbench
-from storage.models import KIND_TRAIN, QUEUED, RUN_KINDS, SUCCEEDED, Dataset, MetricPoint, Run
+from storage.models import KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, SUCCEEDED, Dataset, MetricPoint, Run
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
+from workbench.services.predictions import forget_input
 
 log = logging.getLogger(__name__)
 
@@ -284,10 +285,13 @@ def delete_run(wb: Workbench, run_id: int) -> None:
             raise InvalidState(f"run {run_id}'s model is used by queued or running job(s) "
                                f"{', '.join(map(str, jobs))}; wait for them or cancel them first")
         output_dir = Path(run.output_dir) if run.output_dir else None
+        kept_input = (run.spec or {}).get("input_path") if run.kind == KIND_PREDICT else None
         session.delete(run)
     runs_dir = wb.settings.runs_dir.resolve()
     if output_dir and output_dir.resolve().parent == runs_dir:
         shutil.rmtree(output_dir, ignore_errors=True)
+    if kept_input:
+        forget_input(wb, Path(kept_input))
 
 
 def wait_for_run(wb: Workbench, run_id: int, timeout: Optional[float] = None, poll: float = 0.5) -> dict[str, Any]:
