@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from storage.models import FAILED, Playground, Run
 from tests import playground_support as ps
-from workbench.errors import InvalidState, ModelUnavailable, NotFound
+from workbench.errors import ConfigError, InvalidState, ModelUnavailable, NotFound
 from workbench.playground import predictors as P
 from workbench.playground import service
 from workbench.playground.cache import ModelCache
@@ -97,6 +98,37 @@ def test_card_and_examples(wb, random_models):
     assert P.resolve_kind("text-classification", examples) == P.PAIR
 
 
+def test_examples_spread_over_the_gold_classes(wb, random_models):
+    """Issue 25: the first validation lines were all spam, and so were all the page's example buttons."""
+    run_id = ps.add_run(wb, "text-classification", random_models["cls"])
+    slug = service.publish(wb, run_id).slug
+    rows = ([{"text": f"spam {i}", "gold": "spam", "predicted": "spam"} for i in range(6)]
+            + [{"text": f"ham {i}", "gold": "ham", "predicted": "spam"} for i in range(3)]
+            + [{"text": "promo 0", "gold": "promo", "predicted": "spam"}])
+    predictions = service.get_target(wb, slug).output_dir / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    texts = [e["text"] for e in service.validation_examples(wb, slug)]
+    assert texts == ["spam 0", "ham 0", "promo 0", "spam 1", "ham 1"]
+    assert service.validation_examples(wb, slug) == service.validation_examples(wb, slug)  # deterministic
+    assert [e["text"] for e in service.validation_examples(wb, slug, limit=3)] == ["spam 0", "ham 0", "promo 0"]
+
+
+def test_gold_classes_of_records_and_the_round_robin():
+    assert service.gold_class({"text": "x", "label": 3}) == "3"
+    assert service.gold_class({"text": "x", "text_pair": "y", "gold": "entailment"}) == "entailment"
+    # A multi-label set is one class, whatever the order of its labels.
+    assert service.gold_class({"text": "x", "gold": ["b", "a"]}) == service.gold_class({"label": ["a", "b"]})
+    # Tags, answers and plain documents carry no single class: their examples keep the file's order.
+    assert service.gold_class({"tokens": ["a"], "gold": ["O"]}) is None
+    assert service.gold_class({"question": "q", "context": "c", "gold": ["x"]}) is None
+    assert service.gold_class({"text": "a document"}) is None
+    plain = [(None, {"text": str(i)}) for i in range(8)]
+    assert service.across_classes(plain, 5) == [{"text": str(i)} for i in range(5)]
+    labelled = [("a", {"n": 1}), ("a", {"n": 2}), ("b", {"n": 3}), ("a", {"n": 4}), ("c", {"n": 5}), ("b", {"n": 6})]
+    assert [e["n"] for e in service.across_classes(labelled, 10)] == [1, 3, 5, 2, 6, 4]
+    assert service.across_classes([], 5) == []
+
+
 def test_card_shows_scores_not_housekeeping():
     from workbench.playground.page import card_markdown
 
@@ -149,6 +181,25 @@ def test_bad_inputs_are_rejected_with_where_and_what(kind, raw, needle):
     with pytest.raises(P.InvalidInput) as info:
         P.normalize_inputs(kind, raw)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("kind, body, needles", [
+    (P.TEXT, b'{"text": "hello"}', ['"inputs" is missing', 'it has "text"',
+                                     '"inputs" holds a string, or {"text": str}']),
+    (P.QA, b'{"question": "q", "context": "c"}', ['"inputs" is missing', '{"question": str, "context": str}']),
+    (P.PAIR, b"{}", ["the object is empty", '{"text": str, "text_pair": str}']),
+    (P.MLM, b'{"input": "a [MASK]"}', ['"inputs" is missing', "[MASK]"]),
+    (P.TEXT, b'["hello"]', ['must be a JSON object like {"inputs": ...}', "not a list", "or {\"text\": str}"]),
+])
+def test_a_predict_body_without_inputs_says_what_inputs_should_hold(kind, body, needles):
+    """Issue 25: a JSON object without "inputs" was told it "must be a JSON object"."""
+    from workbench.playground.api import parse_body
+
+    with pytest.raises(ConfigError) as info:
+        parse_body(body, kind)
+    for needle in needles:
+        assert needle in str(info.value)
+    assert parse_body(b'{"inputs": "hi"}', kind) == "hi"
 
 
 def test_inputs_single_batch_and_pairs():

@@ -77,3 +77,22 @@ def test_link_without_token_asks_for_it(guarded_server, ner_playground, page):
     page.fill("input[name=token]", TOKEN)
     page.click("button[type=submit]")
     page.get_by_text("Token classification (NER / POS)").first.wait_for()
+
+
+def test_an_open_page_says_when_the_playground_is_unpublished(guarded_server, ner_playground, page):
+    """Issue 25: Predict on a page left open after unpublishing read "Could not parse server response"."""
+    from storage.context import open_workbench
+    from storage.settings import Settings
+
+    wb = open_workbench(Settings.from_env({}, home=str(guarded_server.home)))
+    try:
+        slug = service.publish(wb, ner_playground.run_id).slug  # a link of its own: the others stay published
+        page.goto(f"{guarded_server.url}/play/{slug}/")
+        page.get_by_text("Token classification (NER / POS)").first.wait_for()
+        page.locator("#pg-input-text textarea").fill("Anna lives in Paris .")
+        service.unpublish(wb, slug)
+    finally:
+        wb.close()
+    page.locator("#pg-predict").click()
+    expect(page.get_by_text("This playground is no longer published.").first).to_be_visible(timeout=30_000)
+    assert "Could not parse" not in page.inner_text("body")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Optional
+from typing import Any, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from workbench.errors import ConfigError, ModelUnavailable, NotFound, WorkbenchError
 from workbench.playground import service
 from workbench.playground.limits import Busy, RateLimited, Refused
+from workbench.playground.predictors import expected_inputs
 from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import API_PREFIX, AccessDenied
 
@@ -83,17 +84,28 @@ async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
     return b"".join(chunks)
 
 
-def parse_body(body: bytes) -> dict:
-    """The ``{"inputs": ...}`` object of a predict request (ConfigError, i.e. 422, for anything else)."""
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "true or false", type(None): "null"}
+
+
+def parse_body(body: bytes, kind: str) -> Any:
+    """The ``inputs`` of a predict request to a playground of ``kind``; ConfigError (422) for any other body,
+    with a message that says what ``inputs`` should hold for that kind."""
     try:
         payload = json.loads(body or b"null")
     except RecursionError:
         raise ConfigError("the request body is nested too deeply to read") from None
     except ValueError as exc:
         raise ConfigError(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(payload, dict) or "inputs" not in payload:
-        raise ConfigError('the request body must be a JSON object like {"inputs": ...}')
-    return payload
+    holds = f'"inputs" holds {expected_inputs(kind)}, or a list of those for a batch'
+    if not isinstance(payload, dict):
+        raise ConfigError(f'the request body must be a JSON object like {{"inputs": ...}}, not '
+                          f'{_JSON_TYPES.get(type(payload), "that")}; for this {kind} playground {holds}')
+    if "inputs" not in payload:
+        found = f"it has {', '.join(map(json.dumps, list(payload)[:5]))}" if payload else "the object is empty"
+        raise ConfigError(f'"inputs" is missing from the request body ({found}); for this {kind} playground '
+                          f'{holds}')
+    return payload["inputs"]
 
 
 def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRouter:
@@ -113,8 +125,9 @@ def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRo
             # the rate before reading too: a caller over it costs no body.
             target = await run_in_threadpool(runtime.target, slug, request_token(request))
             runtime.admit(target, request.client.host if request.client else None)
-            payload = parse_body(await read_body(request))
-            result = await run_in_threadpool(runtime.predict, slug, payload["inputs"], request_token(request))
+            kind = await run_in_threadpool(runtime.kind, target)
+            inputs = parse_body(await read_body(request), kind)
+            result = await run_in_threadpool(runtime.predict, slug, inputs, request_token(request))
         except WorkbenchError as exc:
             return error_response(exc)
         return JSONResponse(result)

@@ -7,6 +7,9 @@ restart. Every request under ``/play/<slug>`` passes one gate first:
 * unknown or unpublished slug → 404 page that says so;
 * token-protected playground → the token from ``?token=``, ``Authorization:
   Bearer`` or the cookie set on the first visit, else 401 with a token form;
+* those refusals are pages only for a visit to the page itself; the page's own calls (its queue,
+  config, API) get them as JSON errors, whose message a page left open shows as it is ("This
+  playground is no longer published.") where an HTML answer read "Could not parse server response";
 * only the routes a playground page needs pass (``allowed_route``): the page, its assets, its
   config and API info, the queue and the calls of its own functions. Gradio's file routes and
   uploads answer 404/403 here, so a visitor reaches no file of the workbench (its uploads, model
@@ -36,7 +39,7 @@ from typing import Any, Optional
 from urllib.parse import parse_qs, quote, unquote
 
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from storage.context import Workbench
 from workbench.asgi import read_body, replay
@@ -128,6 +131,17 @@ def _message_page(title: str, text: str, status: int, token_form: bool = False) 
     return HTMLResponse(body, status_code=status)
 
 
+def is_page_visit(rest: Optional[str]) -> bool:
+    """Whether ``/play/<slug><rest>`` is the page itself (a refusal is a page) rather than one of the page's
+    own calls (a refusal is a JSON error, which Gradio's client shows; an HTML one it cannot parse)."""
+    return rest in (None, "", "/")
+
+
+def _refusal(rest: Optional[str], title: str, text: str, status: int) -> Response:
+    """A refused request's answer: a page with ``title`` for a page visit, else the JSON error ``text``."""
+    return _message_page(title, text, status) if is_page_visit(rest) else _json_error(text, status)
+
+
 def _request_token(scope: dict) -> tuple[Optional[str], bool]:
     """(token, came from the query string) from ?token=, Authorization: Bearer, or the cookie."""
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -159,7 +173,7 @@ class PlaygroundGate:
             await self.app(scope, receive, send)
             return
         slug, rest = match.group(1), match.group(2)
-        response = await self._check(slug, scope)
+        response = await self._check(slug, scope, rest)
         if response is None and not rest:
             # Gradio pages live at a trailing slash; keep the query (the token) across the redirect.
             query = scope.get("query_string", b"").decode("latin-1")
@@ -176,7 +190,7 @@ class PlaygroundGate:
         try:
             sub_app = await self._app_for(slug)
         except WorkbenchError as exc:
-            await _message_page("Playground unavailable", str(exc), error_status(exc))(scope, receive, send)
+            await _refusal(rest, "Playground unavailable", str(exc), error_status(exc))(scope, receive, send)
             return
         if scope.get("method") == "POST":
             body = await read_body(receive, MAX_BODY)
@@ -194,18 +208,20 @@ class PlaygroundGate:
             send = _relative_root_links(send)
         await sub_app(scope, receive, send)
 
-    async def _check(self, slug: str, scope: dict) -> Optional[HTMLResponse]:
+    async def _check(self, slug: str, scope: dict, rest: Optional[str]) -> Optional[Response]:
+        """None when ``slug`` is served here and the request may open it, else the refusal to answer with."""
         token, _ = _request_token(scope)
         try:
             if self.only_slug is not None and slug != self.only_slug:
-                raise NotFound("not served here")
+                raise NotFound(f"playground {slug!r} is not served here")
             await run_in_threadpool(self.runtime.target, slug, token)
-        except NotFound:
+        except NotFound as exc:
             self._apps.pop(slug, None)
             self._functions.pop(slug, None)
-            return _message_page("Playground not found",
-                                 "This playground does not exist or is no longer published.", 404)
+            return _refusal(rest, "Playground not found", str(exc), 404)
         except AccessDenied as exc:
+            if not is_page_visit(rest):
+                return _json_error(str(exc), 401)
             return _message_page("Access token needed", f"{exc}. Ask the person who shared the link for it.",
                                  401, token_form=True)
         return None

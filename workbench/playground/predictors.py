@@ -57,6 +57,13 @@ _EXPECTED = {
     QA: '{"question": str, "context": str}',
     MLM: f'a string containing {MASK_PLACEHOLDER}, or {{"text": str}}',
 }
+
+
+def expected_inputs(kind: str) -> str:
+    """What ``inputs`` holds for one input of a playground of ``kind`` (a list of those is a batch)."""
+    return _EXPECTED.get(kind, "a string")
+
+
 FIELDS = {TEXT: ("text",), PAIR: ("text", "text_pair"), TOKENS: ("text",), QA: ("question", "context"),
           MLM: ("text",)}
 
@@ -97,7 +104,7 @@ def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
 def normalize_inputs(kind: str, raw: Any) -> tuple[list[dict[str, str]], bool]:
     """The validated items and whether the request was a batch (a JSON list is always a batch)."""
     if raw is None:
-        raise InvalidInput(f'missing "inputs"; expected {_EXPECTED[kind]} or a list of those')
+        raise InvalidInput(f'missing "inputs"; expected {expected_inputs(kind)} or a list of those')
     if isinstance(raw, list) and not (kind == PAIR and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
         if not raw:
             raise InvalidInput("the batch is empty")

@@ -11,12 +11,13 @@ import dataclasses
 import datetime as dt
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import select
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 PLAY_PREFIX = "/play"
 API_PREFIX = "/api/v1/predict"
 MAX_EXAMPLES = 5
+EXAMPLE_SCAN = 2_000  # validation lines read to find examples of every class (a rare one may come late)
+# What the page, its own calls and the API say once a playground is unpublished (a visitor may have it open).
+NO_LONGER_PUBLISHED = "This playground is no longer published."
 
 
 class AccessDenied(WorkbenchError):
@@ -155,8 +159,10 @@ def get_target(wb: Workbench, slug: str) -> Target:
     with wb.db.session() as session:
         row = session.execute(select(Playground, Run).join(Run, Run.id == Playground.run_id)
                               .where(Playground.slug == slug)).first()
-        if row is None or not row[0].active:
+        if row is None:
             raise NotFound(f"playground {slug!r} does not exist or is no longer published")
+        if not row[0].active:
+            raise NotFound(NO_LONGER_PUBLISHED)
         pg, run = row
         model_dir = model_dir_of(run.output_dir)
         if model_dir is None:
@@ -275,27 +281,52 @@ def _example_from(record: dict) -> Optional[dict]:
     return found or None
 
 
+def gold_class(record: dict) -> Optional[str]:
+    """The class a classification record is labelled with (a prediction row's ``gold``, a data file's ``label``;
+    a multi-label set counts as one class); None for the other tasks, whose records carry no single class."""
+    if "tokens" in record or "question" in record:
+        return None
+    gold = record.get("gold", record.get("label"))
+    if isinstance(gold, list) and all(isinstance(g, (str, int)) for g in gold):
+        return json.dumps(sorted(str(g) for g in gold))
+    return str(gold) if isinstance(gold, (str, int)) else None
+
+
+def across_classes(labelled: Sequence[tuple[Optional[str], dict]], limit: int) -> list[dict]:
+    """Up to ``limit`` examples taken round-robin over their classes, in the order the classes first appear:
+    the first example of each class, then the second of each, and so on. Examples without a class (NER, QA,
+    masked LM) form one group, so alone they keep their order."""
+    groups: dict[Optional[str], list[dict]] = {}
+    for label, example in labelled:
+        groups.setdefault(label, []).append(example)
+    picked: list[dict] = []
+    for rank in range(max((len(g) for g in groups.values()), default=0)):
+        picked.extend(group[rank] for group in groups.values() if rank < len(group))
+    return picked[:limit]
+
+
 def _read_examples(path: Path, limit: int) -> list[dict]:
-    out: list[dict] = []
+    labelled: list[tuple[Optional[str], dict]] = []
     try:
         with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if len(out) >= limit:
-                    break
+            for line in itertools.islice(handle, EXAMPLE_SCAN):
+                if len(labelled) >= limit and all(label is None for label, _ in labelled):
+                    break  # no classes to spread over: the first examples are the examples
                 try:
                     record = json.loads(line)
                 except ValueError:
                     continue
                 example = _example_from(record) if isinstance(record, dict) else None
                 if example:
-                    out.append(example)
+                    labelled.append((gold_class(record), example))
     except OSError:
         return []
-    return out
+    return across_classes(labelled, limit)
 
 
 def validation_examples(wb: Workbench, slug: str, limit: int = MAX_EXAMPLES) -> list[dict]:
-    """A few inputs from the run's validation data (predictions.jsonl first, else the validation file)."""
+    """A few inputs from the run's validation data (predictions.jsonl first, else the validation file), spread
+    over the gold classes for classification: the first few lines are often all of one class."""
     target = get_target(wb, slug)
     candidates = [target.output_dir / "predictions.jsonl"]
     with wb.db.session() as session:
