@@ -52,11 +52,13 @@ def test_refused_ui_actions_log_one_line_each_and_no_traceback(served, tmp_path,
     status, _ = client.predict(handle_file(str(bad)), "token-classification", "auto-detect", "", "", "", "", "",
                                None, 0.1, 13, api_name="/on_import")
     assert status.startswith("✘ Nothing was imported") and "ner.conll, line 5" in status
-    with pytest.raises(Exception, match="no dataset 'no-such-dataset'") as refused:
-        client.predict("no-such-dataset", api_name="/on_delete")
-    assert "workbench data list" not in str(refused.value)  # CLI hints stay in the terminal and the log
-    with pytest.raises(Exception, match="Pick a dataset first"):
-        client.predict("", api_name="/on_ask")
+    # A refused delete is said in the delete status; the selection and the table are left as they were.
+    status, selected, table = client.predict("no-such-dataset", api_name="/on_delete")
+    # (the CLI hint of the service's message stays in the terminal and the log)
+    assert status == "✘ Dataset **no-such-dataset** was not deleted: no dataset 'no-such-dataset'."
+    assert selected == table == {"__type__": "update"}
+    _, asked = client.predict("", api_name="/on_ask")
+    assert asked == "✘ Pick a dataset first (click its row)."
     err = capfd.readouterr().err
     assert "Traceback" not in err, err
     lines = [r.getMessage() for r in refusals(caplog, "workbench.ui.data_tab")]

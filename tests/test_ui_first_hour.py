@@ -128,7 +128,8 @@ def test_a_tiny_file_gets_whole_number_length_bins():
     assert list(plots.token_length_frame(stats)["tokens"]) == ["9"]
     wide = length_summary(np.arange(3, 200), 128, tokenizer="t", sampled=False, population=197)
     labels = list(plots.token_length_frame(wide)["tokens"])
-    assert labels[0] == "3–22" and len(labels) == 10 and len(set(labels)) == 10
+    assert labels[0] == "3–22" and len(labels) == 11 and len(set(labels)) == 11
+    assert labels[6:8] == ["123–128", "129–142"]  # the bin holding the max length is split at it
     # numpy-style edges of datasets stored before: the last bin ends at the longest example.
     old = {"max": 40, "histogram": {"edges": [0, 20, 40], "counts": [3, 2]}}
     assert list(plots.token_length_frame(old)["tokens"]) == ["0–19", "20–40"]

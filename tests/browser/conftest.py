@@ -36,9 +36,10 @@ def free_port() -> int:
 
 
 class Server:
-    """`workbench serve` in a subprocess with its own home folder; stopped at teardown."""
+    """`workbench serve` in a subprocess with its own home folder; stopped at teardown. ``args`` are more
+    options of `serve` (``["--no-worker"]``: queued runs stay queued, for the test to run or leave)."""
 
-    def __init__(self, home: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, home: Path, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -50,8 +51,8 @@ class Server:
         home.mkdir(parents=True, exist_ok=True)
         self.log_path = home / "server.log"
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve"],
-                                        env=env, cwd=str(ROOT), stdout=self._log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-c", "from workbench.cli import main; main()", "serve", *args]
+        self.process = subprocess.Popen(command, env=env, cwd=str(ROOT), stdout=self._log, stderr=subprocess.STDOUT)
         self._wait()
 
     def _wait(self) -> None:

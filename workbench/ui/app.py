@@ -6,25 +6,50 @@ refresh or a second browser shows the same state.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import gradio as gr
 
 from storage.context import Workbench
+from workbench.errors import WorkbenchError
 from workbench.ui import compare_tab, data_tab, runs_tab, sweep_tab, train_tab
 from workbench.ui.edge import quiet_user_errors
 
-# The selected run lives in the address (?run=N): a reload keeps it and the link can be shared.
-KEEP_RUN_IN_URL = """(rid) => {
+
+def keep_in_url(name: str) -> str:
+    """Browser-side handler of one component: its value goes into the address as ``?NAME=value`` (removed when
+    empty or not a positive number), replacing the entry, so a reload keeps it and the link can be shared."""
+    return f"""(value) => {{
   const url = new URL(window.location.href);
-  if (rid === null || rid === undefined || rid === "" || Number(rid) <= 0) url.searchParams.delete("run");
-  else url.searchParams.set("run", String(rid));
+  const text = value === null || value === undefined ? "" : String(value).trim();
+  if (text === "" || (typeof value === "number" && value <= 0)) url.searchParams.delete("{name}");
+  else url.searchParams.set("{name}", text);
   window.history.replaceState(null, "", url);
-}"""
+}}"""
+
+
+# The selected run and the selected dataset live in the address (?run=N&dataset=ID).
+KEEP_RUN_IN_URL = keep_in_url("run")
+KEEP_DATASET_IN_URL = keep_in_url("dataset")
 
 
 def run_from_query(params) -> int | None:
     """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
     value = (params or {}).get("run", "")
     return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
+
+
+def dataset_from_query(wb: Workbench, params) -> str | None:
+    """The id of the stored dataset a ``?dataset=ID`` link names, or None (absent, or deleted since)."""
+    from workbench.services import datasets as data_service
+
+    value = str((params or {}).get("dataset", "")).strip()
+    if not value:
+        return None
+    try:
+        return data_service.get_dataset(wb, value).id
+    except WorkbenchError:
+        return None
 
 
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate")
@@ -43,8 +68,9 @@ CSS = """
 """
 
 
-def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> None:
-    """Start sweep -> the Sweeps tab; top 5 -> the Compare tab (compared at once); best -> the Runs tab."""
+def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> Any:
+    """Start sweep -> the Sweeps tab; top 5 -> the Compare tab (compared at once); best -> the Runs tab (returns
+    that event: it opens a run)."""
     form.start_event.success(lambda sid: (gr.Tabs(selected="sweeps"), view.on_load(sid)), [form.submitted_id],
                              [tabs, view.sweep_id])
     tab_item.select(view.on_load, [view.sweep_id], [view.sweep_id], show_progress="hidden")
@@ -54,8 +80,35 @@ def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> None:
         [view.sweep_id], [tabs, compare["picker"]]
     # Compare's own button runs the comparison, once the picker holds the runs (the update lands first).
     ).success(None, None, None, js="() => { setTimeout(() => document.querySelector('#compare-go')?.click(), 400); }")
-    view.open_best.click(lambda sid: (gr.Tabs(selected="runs"), sweep_tab.best_of(wb, sid)), [view.sweep_id],
-                         [tabs, runs.run_id])
+    return view.open_best.click(lambda sid: (gr.Tabs(selected="runs"), sweep_tab.best_of(wb, sid)),
+                                [view.sweep_id], [tabs, runs.run_id])
+
+
+def _wire_address(wb, demo, tabs, runs, data, run_openers: list) -> None:
+    """The address follows the selected run and dataset, and a page load opens the ones it names.
+
+    Each event that opens a run (``run_openers``) or picks a dataset writes the address itself, besides the
+    ``.change`` of the component (which also catches a run id typed in): that a path keeps the address then
+    holds by construction, checked without a browser, whether or not Gradio reports a value set by a handler
+    as a change.
+    """
+    keep_run = {"fn": None, "inputs": [runs.run_id], "outputs": None, "js": KEEP_RUN_IN_URL}
+    runs.run_id.change(**keep_run)
+    for event in run_openers:
+        event.success(**keep_run)
+    keep_dataset = {"fn": None, "inputs": [data.selected_dataset], "outputs": None, "js": KEEP_DATASET_IN_URL}
+    data.selected_dataset.change(**keep_dataset)
+    for event in data.selects:
+        event.success(**keep_dataset)
+
+    def open_links(request: gr.Request):
+        params = dict(request.query_params) if request else {}
+        rid, dataset_id = run_from_query(params), dataset_from_query(wb, params)
+        return (gr.Tabs(selected="runs") if rid is not None else gr.update(),
+                rid if rid is not None else gr.update(), dataset_id if dataset_id is not None else gr.update())
+
+    # The restored dataset shows its latest audit at once (its panel open), as a row click does.
+    demo.load(open_links, None, [tabs, runs.run_id, data.selected_dataset]).then(*data.audit.follow_dataset)
 
 
 def build_ui(wb: Workbench) -> gr.Blocks:
@@ -77,8 +130,8 @@ def build_ui(wb: Workbench) -> gr.Blocks:
                 sweep_view = sweep_tab.build_view(wb)
 
         # Submit → the Runs tab with the new run selected.
-        train.submit_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [train.submitted_id],
-                                   [tabs, runs.run_id])
+        submitted = train.submit_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [train.submitted_id],
+                                               [tabs, runs.run_id])
 
         # Data → Train with the chosen dataset.
         def use_dataset(dataset_id, task):
@@ -98,12 +151,12 @@ def build_ui(wb: Workbench) -> gr.Blocks:
 
         data.audit.train_corrected.click(use_corrected, [data.audit.corrected_id], [tabs, train.task, train.dataset])
 
-        # Runs → Train, pre-filled with the run's spec (clone and edit).
+        # Runs → Train, pre-filled with the run's spec (clone and edit), its own estimate, no stale status.
         def clone_and_edit(rid):
             spec = runs_tab.run_spec(wb, rid)
-            return (gr.Tabs(selected="train"), rid, *train.fill(wb, spec, runs_tab.selected_run(rid)))
+            return (gr.Tabs(selected="train"), rid, *train.clone(wb, spec, runs_tab.selected_run(rid)))
 
-        runs.clone.click(clone_and_edit, [runs.run_id], [tabs, train.clone_of, *train.fields])
+        runs.clone.click(clone_and_edit, [runs.run_id], [tabs, train.clone_of, *train.clone_outputs])
 
         # Pickers are read again whenever what they list may have changed: their tab opens, a dataset is
         # imported or deleted, a run is submitted (nothing is remembered from page load).
@@ -117,12 +170,6 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         train.submit_event.success(compare["refresh"], compare["picker"], [compare["picker"]],
                                    show_progress="hidden")
 
-        def open_linked_run(request: gr.Request):
-            rid = run_from_query(dict(request.query_params) if request else {})
-            return (gr.Tabs(selected="runs"), rid) if rid is not None else (gr.update(), gr.update())
-
-        demo.load(open_linked_run, None, [tabs, runs.run_id])
-        runs.run_id.change(None, [runs.run_id], None, js=KEEP_RUN_IN_URL)
         demo.load(lambda: data_tab.refresh(wb), None, [data.datasets])
         demo.load(train.on_load, train.fields, [train.dataset, train.spec_view, train.facts])
         load_fn, load_inputs = runs.on_load
@@ -130,5 +177,6 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         # Opening the tab shows fresh rows at once instead of at the next tick.
         runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
         demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
-        _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
+        best_opened = _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
+        _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened])
     return quiet_user_errors(demo)

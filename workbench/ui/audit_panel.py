@@ -177,11 +177,22 @@ def decide(wb, audit_id: Optional[int], examples: list[str], action: Optional[st
     return f"{count} example{'s' if count != 1 else ''} marked {what}."
 
 
+def dataset_values(wb, dataset_id: str | None) -> tuple:
+    """(audit picker, panel) for the picked dataset: its audits with the latest chosen, and the panel opened
+    on it when there is one, so a dataset picked again (a row click, or a reload that restores it) shows its
+    latest audit at once. Without an audit the panel is left as it is."""
+    choices = audit_choices(wb, dataset_id)
+    if not choices:
+        return gr.update(choices=[], value=None), gr.skip()
+    return gr.update(choices=choices, value=choices[0][1]), gr.update(open=True)
+
+
 @dataclasses.dataclass
 class AuditPanel:
     corrected_id: gr.Textbox  # the dataset the last save wrote (the app opens the Train tab on it)
     train_corrected: gr.Button
     save_event: Any  # a new dataset exists afterwards: other pickers follow it
+    follow_dataset: "_Refresh"  # the picked dataset's audits into the picker, the latest chosen (page load)
 
 
 @dataclasses.dataclass
@@ -311,7 +322,7 @@ class _Refresh(NamedTuple):
 
 
 def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> AuditPanel:
-    with gr.Accordion("Find suspicious labels", open=False, elem_id="audit-panel"):
+    with gr.Accordion("Find suspicious labels", open=False, elem_id="audit-panel") as panel:
         gr.Markdown(INTRO, elem_classes="wb-muted")
         start = _build_start()
         review = _build_review()
@@ -322,12 +333,12 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
     refresh = _Refresh(_shower(wb), [review.pick, *review.filters],
                        [review.status, review.table, review.caption, review.given, review.suggested,
                         decisions.new_label, timer])
-    _wire_review(wb, selected_dataset, start, review, refresh)
+    follow_dataset = _wire_review(wb, selected_dataset, panel, start, review, refresh)
     _wire_progress(wb, review, timer, refresh)
     _wire_decisions(wb, review, decisions, refresh)
     save_event = _wire_save(wb, review.pick, saving, datasets_table)
     return AuditPanel(corrected_id=saving.corrected_id, train_corrected=saving.train_corrected,
-                      save_event=save_event)
+                      save_event=save_event, follow_dataset=follow_dataset)
 
 
 def _filters_of(g, s, c, d) -> Filters:
@@ -354,13 +365,15 @@ def _shower(wb) -> Callable:
     return show
 
 
-def _wire_review(wb, selected_dataset: gr.Textbox, start: _Start, review: _Review, refresh: _Refresh) -> None:
-    """A picked dataset offers its audits; picking one, or a filter, shows it; start queues a new audit."""
+def _wire_review(wb, selected_dataset: gr.Textbox, panel: gr.Accordion, start: _Start, review: _Review,
+                 refresh: _Refresh) -> _Refresh:
+    """A picked dataset offers its audits and opens on the latest; picking one, or a filter, shows it; start
+    queues a new audit. Returns the handler that follows the picked dataset, for the page load."""
     def on_dataset(dataset_id):
-        choices = audit_choices(wb, dataset_id)
-        return gr.update(choices=choices, value=choices[0][1] if choices else None)
+        return dataset_values(wb, dataset_id)
 
-    selected_dataset.change(on_dataset, [selected_dataset], [review.pick])
+    follow_dataset = _Refresh(on_dataset, [selected_dataset], [review.pick, panel])
+    selected_dataset.change(*follow_dataset)
     review.pick.change(*refresh)
     # .input, not .change: ``show`` refreshes the filters' choices, which must not set off another show.
     for control in review.filters:
@@ -382,6 +395,7 @@ def _wire_review(wb, selected_dataset: gr.Textbox, start: _Start, review: _Revie
         return gr.update(choices=audit_choices(wb, dataset_id), value=audit_id)
 
     start.button.click(on_start, [selected_dataset, start.folds, start.model, start.preset], [review.pick])
+    return follow_dataset
 
 
 def _wire_progress(wb, review: _Review, timer: gr.Timer, refresh: _Refresh) -> None:

@@ -212,6 +212,7 @@ class DataTab:
     import_event: Any  # the events that change the stored datasets (other tabs' pickers follow them)
     delete_event: Any
     audit: audit_panel.AuditPanel  # "Find suspicious labels"; its save is a third such event
+    selects: list  # the events that change the selected dataset (a row click, a delete): the address follows
 
 
 @dataclasses.dataclass
@@ -343,6 +344,7 @@ class _Stored:
     confirm_text: gr.Markdown
     confirm_delete: gr.Button
     keep: gr.Button
+    status: gr.Markdown  # what the last delete did, or why it was refused (stays until the next one)
     table: gr.Dataframe
 
 
@@ -357,9 +359,10 @@ def _build_stored() -> _Stored:
         confirm_text = gr.Markdown()
         confirm_delete = gr.Button("Yes, delete the dataset", variant="stop", size="sm")
         keep_dataset = gr.Button("Keep the dataset", size="sm")
+    delete_status = gr.Markdown(elem_id="data-delete-status")
     datasets = gr.Dataframe(headers=DATASET_HEADERS, interactive=False, elem_id="data-datasets", max_height=300)
     return _Stored(selected_dataset, use_dataset, delete_dataset, confirm_row, confirm_text, confirm_delete,
-                   keep_dataset, datasets)
+                   keep_dataset, delete_status, datasets)
 
 
 def build(wb) -> DataTab:
@@ -374,9 +377,10 @@ def build(wb) -> DataTab:
     _wire_check(wb, source, check_outputs)
     _wire_validation(wb, source, imports)
     import_event = _wire_import(wb, source, imports, stored.table)
-    delete_event = _wire_stored(wb, stored)
+    row_click, delete_event = _wire_stored(wb, stored)
     return DataTab(datasets=stored.table, use_dataset=stored.use, selected_dataset=stored.selected,
-                   task=source.task, import_event=import_event, delete_event=delete_event, audit=audit)
+                   task=source.task, import_event=import_event, delete_event=delete_event, audit=audit,
+                   selects=[row_click, delete_event])
 
 
 def _check_values(view: DataView, keep_mapping: bool) -> tuple:
@@ -471,33 +475,47 @@ def _wire_import(wb, source: _Source, imports: _Import, datasets: gr.Dataframe) 
                                 [imports.status, datasets])
 
 
-def _wire_stored(wb, stored: _Stored) -> Any:
-    """Pick a stored dataset by its row; delete it after a confirmation. Returns the delete event."""
+def _wire_stored(wb, stored: _Stored) -> tuple[Any, Any]:
+    """Pick a stored dataset by its row; delete it after a confirmation. Returns the row click and the delete."""
     def on_pick(evt: gr.SelectData, rows):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         return str(rows.iloc[row, 0]) if len(rows) else ""
 
-    stored.table.select(on_pick, [stored.table], [stored.selected])
+    row_click = stored.table.select(on_pick, [stored.table], [stored.selected])
 
     def on_ask(dataset_id):
         if not (dataset_id or "").strip():
-            raise gr.Error("Pick a dataset first (click its row).")
+            log.warning("ask refused: Pick a dataset first (click its row).")
+            return gr.skip(), gr.skip(), "✘ Pick a dataset first (click its row)."
         return (gr.update(visible=True),
                 f"Delete dataset **{dataset_id.strip()}** and its stored files? "
-                "Runs trained on it keep their models and results.")
+                "Runs trained on it keep their models and results.", "")
 
     def on_delete(dataset_id):
-        try:
-            data_service.delete_dataset(wb, dataset_id.strip())
-        except WorkbenchError as exc:
-            raise gr.Error(str(exc))
-        gr.Info(f"Dataset {dataset_id} deleted; runs that used it keep their results.")
-        return gr.update(visible=False), "", dataset_rows(wb)
+        return delete_values(wb, dataset_id)
 
-    stored.delete.click(on_ask, [stored.selected], [stored.confirm_row, stored.confirm_text])
+    stored.delete.click(on_ask, [stored.selected], [stored.confirm_row, stored.confirm_text, stored.status])
     stored.keep.click(lambda: gr.update(visible=False), None, [stored.confirm_row])
-    return stored.confirm_delete.click(on_delete, [stored.selected], [stored.confirm_row, stored.selected,
-                                                                      stored.table])
+    return row_click, stored.confirm_delete.click(on_delete, [stored.selected],
+                                                  [stored.confirm_row, stored.status, stored.selected, stored.table])
+
+
+def delete_values(wb, dataset_id: str | None) -> tuple:
+    """(confirmation row, status, selected dataset, table) after "Yes, delete the dataset".
+
+    A refusal (a queued or running run still needs the dataset) is said in the status, which stays on the
+    page; the selection and the table are left exactly as they were (``gr.skip()``), not turned into error
+    badges by a ``gr.Error``.
+    """
+    dataset_id = (dataset_id or "").strip()
+    try:
+        data_service.delete_dataset(wb, dataset_id)
+    except WorkbenchError as exc:
+        log.warning("delete refused: %s", " ".join(str(exc).split()))
+        return (gr.update(visible=False), f"✘ Dataset **{dataset_id}** was not deleted: {fmt.ui_message(exc)}.",
+                gr.skip(), gr.skip())
+    return (gr.update(visible=False), f"✔ Dataset **{dataset_id}** deleted; runs that used it keep their results.",
+            "", dataset_rows(wb))
 
 
 def label_chart_title(view: DataView) -> str:

@@ -439,3 +439,30 @@ def positive_id(value: Any) -> Optional[int]:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+# CSI sequences (colours, cursor moves: ``\x1b[1m``, ``\x1b[A``), OSC sequences (titles, links) and two-byte escapes.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# A progress bar (tqdm's ``desc:  45%|████▌     | 45/100 [...]``): what precedes the percentage names the bar.
+_PROGRESS = re.compile(r"^(?P<bar>.*?)\s*\d{1,3}%\|")
+
+
+def clean_log(text: str) -> str:
+    """A log as a terminal would have left it: no colour or cursor codes, one line per progress bar.
+
+    A bar redraws itself after a ``\r``: of each line only what was written after its last ``\r``
+    stays. A log read by lines (``str.splitlines`` ends a line at ``\r`` too) has each redraw on a
+    line of its own, after a blank one; consecutive redraws of the same bar then keep only the last.
+    """
+    lines: list[str] = []
+    for line in _ANSI.sub("", text).replace("\r\n", "\n").split("\n"):
+        line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
+        bar = _PROGRESS.match(line)
+        if bar and lines and not lines[-1].strip():
+            lines.pop()  # the blank line a bar's leading "\r" left
+        previous = _PROGRESS.match(lines[-1]) if bar and lines else None
+        if previous and bar.group("bar").strip() == previous.group("bar").strip():
+            lines[-1] = line
+        else:
+            lines.append(line)
+    return "\n".join(lines)

@@ -72,33 +72,72 @@ def histogram_bins(stats: Mapping[str, Any]) -> list[tuple[float, float, int]]:
     return bins
 
 
+def whole_lengths(low: float, high: float, last: bool = False) -> tuple[int, int]:
+    """The first and last whole token length a bin ``[low, high)`` (``[low, high]`` when ``last``) holds;
+    the last is below the first when it holds none (narrow bins of a tiny file)."""
+    first = math.ceil(low)
+    end = math.floor(high) if last or high != math.floor(high) else int(high) - 1
+    return first, end
+
+
 def bin_label(low: float, high: float, last: bool = False) -> str:
     """The token lengths a histogram bin holds: ``[low, high)``, or ``[low, high]`` when ``last``.
 
     Lengths are whole numbers, so a bin is labelled by the whole numbers inside it: ``10–14``, or ``9``
     for a one-length bin. A bin with none (narrow bins of a tiny file) is labelled by its edges.
     """
-    first = math.ceil(low)
-    end = math.floor(high) if last or high != math.floor(high) else int(high) - 1
+    first, end = whole_lengths(low, high, last)
     if end < first:
         return f"{low:g}–{high:g}"
+    return _lengths_label(first, end)
+
+
+def _lengths_label(first: int, end: int) -> str:
     return str(first) if end == first else f"{first}–{end}"
+
+
+def _truncated_in_cut_bin(stats: Mapping[str, Any], bins: list[tuple[float, float, int]], count: int,
+                          first: int, end: int) -> int:
+    """How many of the ``count`` examples of the bin ``first..end``, which holds the max length, are longer.
+
+    The dataset report knows it exactly: ``truncated_share`` of all its examples, less those in the bins
+    past the cut. A report without the share is split in proportion to the lengths on each side.
+    """
+    max_length = int(stats["max_length"])
+    share = stats.get("truncated_share")
+    if isinstance(share, (int, float)) and not isinstance(share, bool):
+        total = stats.get("count") or sum(c for _, _, c in bins)
+        beyond = sum(c for low, _, c in bins if math.ceil(low) > max_length)
+        cut = round(share * total) - beyond
+    else:
+        cut = round(count * (end - max_length) / (end - first + 1))
+    return min(max(cut, 0), count)
 
 
 def token_length_frame(stats: Mapping[str, Any] | None) -> pd.DataFrame:
     """Histogram bars, each marked ``kept`` or ``truncated`` against the max length.
 
-    A bar is ``truncated`` when its lower edge is at or beyond the max length, so
-    the colour change on the plot *is* the max-length marker.
+    An example is truncated when it is longer than the max length (as ``truncated_share`` counts
+    it), so a bar is ``truncated`` when its shortest length is. The bar that holds both the max
+    length and longer ones is split in two at the cut, so the red bars hold exactly the share the
+    caption prints, and the colour change on the plot *is* the max-length marker.
     """
     stats = stats or {}
     max_length = stats.get("max_length")
     rows = []
     bins = histogram_bins(stats)
     for index, (low, high, count) in enumerate(bins):
-        part = TRUNCATED if max_length is not None and low >= max_length else KEPT
         # numpy-style edges (older datasets) close the last bin at the longest example.
         closed = index == len(bins) - 1 and high == stats.get("max")
+        first, end = whole_lengths(low, high, closed)
+        if max_length is not None and first <= max_length < end:
+            cut = _truncated_in_cut_bin(stats, bins, count, first, end)
+            rows.append({"tokens": _lengths_label(first, max_length), "low": low, "count": count - cut,
+                         "part": KEPT})
+            rows.append({"tokens": _lengths_label(max_length + 1, end), "low": float(max_length + 1),
+                         "count": cut, "part": TRUNCATED})
+            continue
+        part = TRUNCATED if max_length is not None and first > max_length else KEPT
         rows.append({"tokens": bin_label(low, high, last=closed), "low": low, "count": count, "part": part})
     frame = pd.DataFrame(rows, columns=["tokens", "low", "count", "part"])
     return frame.astype({"tokens": "str", "low": "float64", "count": "int64", "part": "str"})
@@ -264,6 +303,11 @@ def line_chart_svg(frame: pd.DataFrame, title: str, *, x_title: str = "step", y_
     y_low, y_high = float(frame["value"].min()), float(frame["value"].max())
     pad = (y_high - y_low) * 0.05 or abs(y_high) * 0.05 or 1.0
     y_low, y_high = y_low - pad, y_high + pad
+    groups = list(frame.groupby("curve", sort=False))
+    if any(len(group) == 1 for _, group in groups):
+        # A lone point (one evaluation) drawn at the last step sat on the frame's edge, a dot under its stroke.
+        x_pad = (x_high - x_low) * 0.06 or 1.0
+        x_low, x_high = x_low - x_pad, x_high + x_pad
     x_span = (x_high - x_low) or 1.0
     inner_w, inner_h = _W - _L - _R, _H - _T - _B
 
@@ -277,21 +321,35 @@ def line_chart_svg(frame: pd.DataFrame, title: str, *, x_title: str = "step", y_
     for tick in _ticks(y_low, y_high):
         parts.append(f"<line x1='{_L}' x2='{_W - _R}' y1='{sy(tick):.1f}' y2='{sy(tick):.1f}' stroke='#e2e8f0'/>"
                      f"<text x='{_L - 6}' y='{sy(tick) + 4:.1f}' font-size='10' text-anchor='end'>{_num(tick)}</text>")
-    for tick in _ticks(x_low, x_high):
+    for tick in (t for t in _ticks(x_low, x_high) if t == int(t)):  # steps are whole numbers
         parts.append(f"<text x='{sx(tick):.1f}' y='{_T + inner_h + 16}' font-size='10' text-anchor='middle'>"
                      f"{_num(tick)}</text>")
     legend = []
-    for index, (name, group) in enumerate(frame.groupby("curve", sort=False)):
+    for index, (name, group) in enumerate(groups):
         colour = PALETTE[index % len(PALETTE)]
         legend.append((str(name), colour))
         points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(group["step"], group["value"]))
         parts.append(f"<polyline class='wb-curve' data-curve='{html.escape(str(name))}' points='{points}' "
                      f"fill='none' stroke='{colour}' stroke-width='2'/>")
-        if len(group) <= 40:
+        if len(group) == 1:
+            parts.append(_lone_point(str(name), float(group["step"].iloc[0]), float(group["value"].iloc[0]),
+                                     sx, sy, colour))
+        elif len(group) <= 40:
             parts.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{colour}'><title>"
                          f"{html.escape(str(name))} @ {int(x)}: {_num(y)}</title></circle>"
                          for x, y in zip(group["step"], group["value"]))
     return _frame_svg(title, "".join(parts), legend, x_title, y_title)
+
+
+def _lone_point(name: str, x: float, y: float, sx: Any, sy: Any, colour: str) -> str:
+    """A series of one point (a run evaluated once): a marker large enough to see, and its value written
+    above it (a polyline of one point draws nothing)."""
+    cx, cy = sx(x), sy(y)
+    label_y = cy - 9 if cy - _T >= 18 else cy + 17  # below the marker when above it would leave the frame
+    return (f"<circle class='wb-lone-point' cx='{cx:.1f}' cy='{cy:.1f}' r='5' fill='{colour}' stroke='#fff' "
+            f"stroke-width='1.5'><title>{html.escape(name)} @ {int(x)}: {_num(y)}</title></circle>"
+            f"<text class='wb-point-label' x='{cx:.1f}' y='{label_y:.1f}' font-size='11' text-anchor='middle' "
+            f"fill='{colour}'>{_num(y)}</text>")
 
 
 def bar_chart_svg(frame: pd.DataFrame, x: str, y: str, title: str, *, colour_by: str | None = None,

@@ -206,7 +206,7 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         return None
     curves = runs_service.run_curves(wb, int(run_id))
     logs = runs_service.run_logs(wb, int(run_id), tail=200)
-    log_text = logs if isinstance(logs, str) else "\n".join(map(str, logs or []))
+    log_text = fmt.clean_log(logs if isinstance(logs, str) else "\n".join(map(str, logs or [])))
     tables, predictions = {}, []
     if status not in fmt.ACTIVE_STATES and run.get("output_dir"):
         tables = runs_service.read_run_tables(run["output_dir"])
@@ -343,6 +343,7 @@ class RunsTab:
     load_outputs: list
     on_load: Any
     run_buttons: list  # disabled until a run is selected
+    opens: list  # the events that put another run (or none) in run_id: the app keeps the address on it
 
 
 @dataclasses.dataclass
@@ -536,9 +537,9 @@ def build(wb) -> RunsTab:
     run_buttons = actions.buttons
     if details.share is not None:
         run_buttons += [details.share.publish, details.share.hub_push]
-    _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
+    row_click = _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
     _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
-    _wire_actions(wb, actions)
+    opens = [row_click, *_wire_actions(wb, actions)]
     predict_panel.wire(wb, details.predict, actions.run_id, timer)
     if details.share is not None:
         _wire_share(wb, actions, details.tabs, details.share)
@@ -548,12 +549,13 @@ def build(wb) -> RunsTab:
 
     return RunsTab(run_id=actions.run_id, table=listing.table, clone=actions.clone,
                    load_outputs=[listing.table, listing.caption, *details.outputs, shown_key],
-                   on_load=(on_load, [*listing.inputs, actions.run_id]), run_buttons=run_buttons)
+                   on_load=(on_load, [*listing.inputs, actions.run_id]), run_buttons=run_buttons, opens=opens)
 
 
 def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list, shown_key: gr.State,
-                  timer: gr.Timer) -> None:
-    """Each tick reads the page and the selected run again; a filter reads the page; a row click selects its run."""
+                  timer: gr.Timer) -> Any:
+    """Each tick reads the page and the selected run again; a filter reads the page; a row click selects its run
+    (returns that event)."""
     def tick(status_, search_, sort_, page_, rid, last_key):
         return tick_values(wb, status_, search_, sort_, page_, rid, last_key)
 
@@ -567,7 +569,7 @@ def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         return int(rows.iloc[row, 0])
 
-    listing.table.select(on_row, [listing.table], [run_id])
+    return listing.table.select(on_row, [listing.table], [run_id])
 
 
 def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.State, run_buttons: list) -> None:
@@ -593,8 +595,9 @@ def _act(action, rid, *args):
         raise gr.Error(str(exc))
 
 
-def _wire_actions(wb, actions: _Actions) -> None:
-    """Cancel, retry, continue, delete (after a confirmation) and download the selected run."""
+def _wire_actions(wb, actions: _Actions) -> list:
+    """Cancel, retry, continue, delete (after a confirmation) and download the selected run. Returns the events
+    that change the selected run: continue (the new run) and delete (none)."""
     run_id, status = actions.run_id, actions.status
     actions.cancel.click(
         lambda rid: _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid),
@@ -607,7 +610,7 @@ def _wire_actions(wb, actions: _Actions) -> None:
         new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
-    actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
+    continued = actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
     actions.delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
                                       f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
                          [run_id], [actions.confirm_row, actions.confirm_text])
@@ -617,13 +620,14 @@ def _wire_actions(wb, actions: _Actions) -> None:
         _act(lambda r: runs_service.delete_run(wb, r), rid)
         return gr.update(visible=False), f"Run #{rid} deleted.", None
 
-    actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
+    deleted = actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
 
     def on_download(rid):
         path = _act(lambda r: _export_zip(wb, r), rid)
         return gr.update(value=str(path), visible=True)
 
     actions.download.click(on_download, [run_id], [actions.zip_file])
+    return [continued, deleted]
 
 
 def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> None:

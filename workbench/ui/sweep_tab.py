@@ -80,6 +80,15 @@ def sweep_choices(wb) -> list[tuple[str, int]]:
              s["id"]) for s in sweep_service.list_sweeps(wb)]
 
 
+def tick_values(wb, sweep_id: Optional[int], shown_choices: Optional[list]) -> tuple:
+    """What one timer tick sends: the picker's choices (only when a label changed: a sweep's status and
+    counts are in it, "running · 1/4" must become "finished · 4/4"), the view of the picked sweep, and the
+    choices now shown (kept in a ``gr.State`` for the next tick)."""
+    choices = sweep_choices(wb)
+    picker = gr.skip() if choices == shown_choices else gr.update(choices=choices)
+    return (picker, *view_values(wb, sweep_id), choices)
+
+
 def _value(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
 
@@ -221,6 +230,12 @@ def build_view(wb) -> SweepView:
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 
+    def on_tick(sweep_id, shown_choices):
+        try:
+            return tick_values(wb, sweep_id, shown_choices)
+        except WorkbenchError as exc:
+            raise gr.Error(str(exc))
+
     def on_cancel(sweep_id):
         if not sweep_id:
             raise gr.Error("Pick a sweep first.")
@@ -245,7 +260,9 @@ def build_view(wb) -> SweepView:
     refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])
     cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
     publish.click(on_publish, [picker], [action])
-    gr.Timer(TICK_SECONDS).tick(show, [picker], outputs, show_progress="hidden")
+    shown_choices = gr.State(None)  # the picker's choices as the last tick sent them
+    gr.Timer(TICK_SECONDS).tick(on_tick, [picker, shown_choices], [picker, *outputs, shown_choices],
+                                show_progress="hidden")
 
     def on_load(current=None):
         choices = sweep_choices(wb)

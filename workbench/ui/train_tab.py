@@ -180,6 +180,25 @@ def model_facts(wb, spec: RunSpec) -> str:
     return "  \n".join(lines)
 
 
+def cloned_spec(spec: dict[str, Any], source_id: int | None = None) -> RunSpec:
+    """The spec the form holds once ``fill`` has loaded ``spec`` (clone-and-edit): the clone's name included."""
+    form = form_from_spec(spec)
+    return spec_from_form(form["task"], form["dataset_id"], form["model"], form["preset"],
+                          clone_name(form["name"], source_id), form["advanced"], form["class_weights"],
+                          form["objective"], form["lora"], method=form["method"])
+
+
+def clone_panels(wb, spec: dict[str, Any], source_id: int | None = None) -> tuple[str, str, str]:
+    """(submit status, spec panel, model facts) right after clone-and-edit: the last submit's "✔ Run #N is on
+    the queue." is cleared, and the spec and the estimate are those of the cloned spec, read now (a field the
+    clone leaves unchanged sets off no change event, so they would keep what they said before)."""
+    try:
+        cloned = cloned_spec(spec, source_id)
+    except (WorkbenchError, TypeError, ValueError) as exc:
+        return "", json.dumps({"error": str(exc)}, indent=2), f"⚠ {exc}"
+    return "", json.dumps(cloned.to_dict(), indent=2), model_facts(wb, cloned)
+
+
 @dataclasses.dataclass
 class TrainTab:
     task: gr.Dropdown
@@ -190,6 +209,7 @@ class TrainTab:
     clone_of: gr.Number
     spec_view: gr.Code
     facts: gr.Markdown
+    submit_status: gr.Markdown
     on_load: Any  # fields -> [dataset, spec_view, facts], for the page load
     refresh_datasets: Any  # (fn, inputs, outputs): re-read the dataset picker (tab opened, import, delete)
 
@@ -203,6 +223,15 @@ class TrainTab:
                 *[form["advanced"][key] for key, _, _ in ADVANCED],
                 form["class_weights"], form["objective"], form["method"], bool(lora.get("enabled")), lora.get("r", 8),
                 lora.get("alpha", 16), lora.get("dropout", 0.1)]
+
+    @property
+    def clone_outputs(self) -> list:
+        """What clone-and-edit sets, in ``clone`` order: the fields, the submit status, the spec and the facts."""
+        return [*self.fields, self.submit_status, self.spec_view, self.facts]
+
+    def clone(self, wb, spec: dict[str, Any], source_id: int | None = None) -> list[Any]:
+        """Values for ``clone_outputs``: ``spec`` in the form, no stale status, its own spec panel and estimate."""
+        return [*self.fill(wb, spec, source_id), *clone_panels(wb, spec, source_id)]
 
 
 def build(wb) -> TrainTab:
@@ -240,7 +269,7 @@ def build(wb) -> TrainTab:
                     lora_alpha = gr.Number(16, label="alpha", precision=0)
                     lora_dropout = gr.Number(0.1, label="dropout")
             submit = gr.Button("Start training", variant="primary", elem_id="train-submit")
-            submit_status = gr.Markdown()
+            submit_status = gr.Markdown(elem_id="train-submit-status")
         with gr.Column(scale=2):
             spec_view = gr.Code(language="json", label="Run spec (exactly what the worker will run)",
                                 elem_id="train-spec", interactive=False)
@@ -306,5 +335,6 @@ def build(wb) -> TrainTab:
         return dataset_update, preview(*values), on_facts(*values)
 
     return TrainTab(task=task, dataset=dataset, fields=fields, submit_event=submit_event,
-                    submitted_id=submitted_id, clone_of=clone_of, spec_view=spec_view, facts=facts, on_load=on_load,
+                    submitted_id=submitted_id, clone_of=clone_of, spec_view=spec_view, facts=facts,
+                    submit_status=submit_status, on_load=on_load,
                     refresh_datasets=(on_task, [task, dataset], [dataset]))
