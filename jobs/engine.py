@@ -325,7 +325,7 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     """The WorkbenchTrainer for ``built``, checkpointing into ``checkpoints``; returns it and its ReporterCallback."""
     from transformers import EarlyStoppingCallback
 
-    from jobs.training import MetricThenLoss, ReporterCallback, WorkbenchTrainer, training_arguments
+    from jobs.training import MetricThenLater, ReporterCallback, WorkbenchTrainer, training_arguments
 
     prepared = built.prepared
     selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
@@ -335,7 +335,7 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     callback = ReporterCallback(reporter)
     callbacks = [callback]
     if selected_by != "loss":
-        callbacks.append(MetricThenLoss(selected_by, greater))  # before early stopping, which reads its key
+        callbacks.append(MetricThenLater(selected_by, greater))  # before early stopping, which reads its key
     if hp["early_stopping_patience"]:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=hp["early_stopping_patience"]))
     loss_func = _class_weighted_loss(prepared)

@@ -197,16 +197,20 @@ class ReporterCallback(TrainerCallback):
 
 
 SELECTION_KEY = "selection"  # the evaluation key checkpoints are ranked by when the task metric ranks them
-_LOSS_TIE_WEIGHT = 1e-6  # far below one example's share of any metric on a split worth ranking by it
+_TIE_WEIGHT = 1e-6  # far below one example's share of any metric on a split worth ranking by it
 
 
-class MetricThenLoss(TrainerCallback):
-    """Ranks checkpoints by the task metric, ties broken by the lower validation loss.
+class MetricThenLater(TrainerCallback):
+    """Ranks checkpoints by the task metric, equal scores going to the later checkpoint.
 
     The Trainer keeps the first of equal scores: on a few hundred validation examples accuracy often
-    ties, and the first checkpoint of a tie is the earliest and least sure. This callback adds
-    ``eval_selection`` (the metric, nudged by a millionth of the loss) before the Trainer and early
-    stopping read it; it must come before ``EarlyStoppingCallback`` in the callback list.
+    ties, and the first checkpoint of a tie is the earliest and least trained. This callback adds
+    ``eval_selection`` (the metric, nudged by a millionth of the share of the run's steps done) before
+    the Trainer and early stopping read it; it must come before ``EarlyStoppingCallback`` in the callback
+    list. So a tie keeps the run going and is won by the more trained model. Breaking ties by the lower
+    validation loss instead picked early checkpoints: the loss of a small validation split rises (the model
+    grows surer) while its accuracy holds, and SMS spam, 1,000 messages, stopped at step 230 of 452 with
+    test accuracy 0.978 where three plain epochs reach 0.987.
     """
 
     def __init__(self, main_metric: str, greater_is_better: bool):
@@ -214,8 +218,8 @@ class MetricThenLoss(TrainerCallback):
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics is not None and self.key in metrics:
-            metrics[f"eval_{SELECTION_KEY}"] = (self.sign * metrics[self.key]
-                                                - _LOSS_TIE_WEIGHT * metrics.get("eval_loss", 0.0))
+            done = state.global_step / state.max_steps if state is not None and state.max_steps else 0.0
+            metrics[f"eval_{SELECTION_KEY}"] = self.sign * metrics[self.key] + _TIE_WEIGHT * done
 
 
 def world_size() -> int:
@@ -301,7 +305,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         save_steps=eval_steps,
         save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
         load_best_model_at_end=selecting,
-        # "loss" ranks by itself; any task metric through MetricThenLoss's key, where higher is better
+        # "loss" ranks by itself; any task metric through MetricThenLater's key, where higher is better
         metric_for_best_model=(main_metric if main_metric == "loss" else SELECTION_KEY) if selecting else None,
         greater_is_better=(main_metric != "loss") if selecting else None,
         logging_strategy="steps",

@@ -176,19 +176,29 @@ def _evaluate(callbacks, metrics):
     return metrics
 
 
-def test_checkpoints_rank_by_the_metric_and_equal_scores_by_the_lower_loss():
-    from jobs.training import MetricThenLoss, SELECTION_KEY
+def test_checkpoints_rank_by_the_metric_and_equal_scores_by_the_later_step():
+    from types import SimpleNamespace
 
-    rank = MetricThenLoss("accuracy", greater_is_better=True)
+    from jobs.training import MetricThenLater, SELECTION_KEY
+
+    rank = MetricThenLater("accuracy", greater_is_better=True)
     key = f"eval_{SELECTION_KEY}"
-    early = _evaluate([rank], {"eval_accuracy": 0.87, "eval_loss": 0.60})[key]
-    tie_surer = _evaluate([rank], {"eval_accuracy": 0.87, "eval_loss": 0.45})[key]
-    better_less_sure = _evaluate([rank], {"eval_accuracy": 0.88, "eval_loss": 3.0})[key]
-    assert early < tie_surer < better_less_sure  # the Trainer keeps the highest: a tie goes to the surer one
+
+    def at(step, metrics, callback=rank):
+        callback.on_evaluate(None, SimpleNamespace(global_step=step, max_steps=452), None, metrics=metrics)
+        return metrics[key]
+
+    early = at(46, {"eval_accuracy": 0.87, "eval_loss": 0.30})
+    tie_later = at(230, {"eval_accuracy": 0.87, "eval_loss": 0.45})  # surer of its mistakes: a higher loss
+    better_early = at(92, {"eval_accuracy": 0.88, "eval_loss": 3.0})
+    worse_last = at(452, {"eval_accuracy": 0.86, "eval_loss": 0.1})
+    # the Trainer keeps the highest: a tie goes to the later step, whatever the loss; a point of metric beats any step
+    assert worse_last < early < tie_later < better_early
     # a lower-is-better metric ranks the same way under the Trainer's "higher is better"
-    lower = MetricThenLoss("error", greater_is_better=False)
-    assert (_evaluate([lower], {"eval_error": 0.1, "eval_loss": 1.0})[key]
-            > _evaluate([lower], {"eval_error": 0.2, "eval_loss": 0.1})[key])
+    lower = MetricThenLater("error", greater_is_better=False)
+    assert at(40, {"eval_error": 0.1}, lower) > at(452, {"eval_error": 0.2}, lower)
+    # without a trainer state (or before any step) the metric alone
+    assert _evaluate([rank], {"eval_accuracy": 0.5})[key] == 0.5
 
 
 def test_selection_by_a_metric_goes_through_the_tie_break_key_and_loss_ranks_by_itself():
