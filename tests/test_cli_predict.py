@@ -172,3 +172,24 @@ def test_predict_and_evaluate_with_a_trained_tiny_model(cli, wb, tmp_path):
     assert code == 0, err
     evaluation = json.loads(out)
     assert evaluation["status"] == SUCCEEDED and "accuracy" in evaluation["metrics"]
+
+
+def test_predict_over_a_stored_dataset_by_id_or_name(cli, wb, tmp_path, in_process_jobs):
+    run_id = trained_run(wb)
+    dataset = datasets.import_dataset(wb, labelled_jsonl(tmp_path, rows=12), "text-classification", name="held-out",
+                                      validation_fraction=0.25)
+    target = tmp_path / "labelled.csv"
+    code, out, err = cli("predict", str(run_id), "--input", "held-out", "--output", str(target), "--json")
+    assert code == 0, err
+    final = json.loads(out)
+    assert (final["status"], final["rows"]) == (SUCCEEDED, 12)
+    rows = list(csv.DictReader(target.open()))
+    assert sorted(r["text"] for r in rows) == sorted(f"{'good' if i % 2 else 'bad'} film number {i}" for i in range(12))
+    assert all(r["label"] in ("pos", "neg") and r["predicted_label"] in ("short", "long") for r in rows)
+    assert predictions.get_job(wb, final["id"])["input_name"] == f"held-out-{dataset.id[:8]}.jsonl"
+    code, _, err = cli("predict", str(run_id), "--input", "no-such-thing.csv")
+    assert code == 3 and err.startswith("error: no such file or stored dataset: no-such-thing.csv")
+    code, _, err = cli("predict", str(run_id), "--input", dataset.id, "--text-column", "body")
+    assert code == 2 and "describe a file; a stored dataset's records are read as they were imported" in err
+    code, _, err = cli("predict", "999", "--input", dataset.id)
+    assert code == 3 and err.startswith("error: run 999 does not exist")

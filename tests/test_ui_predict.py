@@ -11,6 +11,7 @@ import pytest
 from jobs import fake_runner
 from jobs.fake_runner import InProcessRunner
 from jobs.worker import Worker
+from storage.datasets.lookup import dataset_files
 from storage.models import Run
 from tests.queue_support import fake_spec, wait_until
 from tests.tiny_models import classification_records, write_jsonl
@@ -217,3 +218,33 @@ def test_a_test_set_pick_is_never_read_as_a_path_on_the_server(wb, tmp_path):
         compare_tab.evaluate_selected(wb, [run_id], str(secret))
     assert "Queued" not in str(refused.value)
     assert datasets.list_datasets(wb) == [] and predict_service.list_jobs(wb, run_id=run_id) == []
+
+
+def test_predict_a_stored_dataset_labels_its_records_train_then_validation(wb, tmp_path):
+    run_id = trained_run(wb)
+    records = [{**r, "text": f"{r['text']} {i}"} for i, r in enumerate(classification_records(20, seed=3))]
+    dataset_id = datasets.import_dataset(wb, write_jsonl(tmp_path / "reviews.jsonl", records), "text-classification",
+                                         name="reviews", validation_fraction=0.25).id
+    assert dataset_id in [value for _, value in predict_panel.panel_values(wb, run_id).test_sets]
+    # an upload wins over a pick; with no upload the picked dataset is read
+    message = predict_panel.said(predict_panel.queue_prediction, wb, run_id, None, "auto-detect", "", "", "csv",
+                                 dataset_id)
+    assert message.startswith("✔ Queued prediction job #") and f"dataset {dataset_id}" in message, message
+    job_id = int(message.split("#")[1].split()[0])
+    run_queue(wb, lambda: runs_service.get_run(wb, job_id)["status"] == "succeeded")
+    output = next(Path(f) for f in predict_panel.job_files(wb, job_id) if f.endswith(".csv"))
+    with output.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    stored = [json.loads(line) for path in dataset_files(wb.db, dataset_id) for line in path.read_text().splitlines()]
+    assert len(rows) == len(stored) == 20
+    assert [(r["text"], r["label"]) for r in rows] == [(s["text"], s["label"]) for s in stored]
+    assert all(r["predicted_label"] for r in rows)
+    # the joined file is a kept input like any upload; nothing else is left beside it
+    assert [p.name for p in predict_service.inputs_dir(wb).rglob("*") if p.is_file()] == [
+        f"reviews-{dataset_id[:8]}.jsonl"]
+    # a dataset of another task is refused with a sentence, and nothing is queued
+    tags = datasets.import_dataset(wb, write_jsonl(tmp_path / "tags.jsonl", [
+        {"tokens": ["Anna", "runs"], "tags": ["B-PER", "O"]}, {"tokens": ["Bob"], "tags": ["B-PER"]}]),
+        "token-classification", name="tags").id
+    refused = predict_panel.said(predict_panel.queue_prediction, wb, run_id, None, "auto-detect", "", "", "csv", tags)
+    assert refused.startswith("✘") and "is a token-classification dataset" in refused, refused

@@ -66,7 +66,8 @@ def copy_output(source: Path, target: Path) -> Path:
 def predict(
     run_id: int = id_argument("run", "The run whose model predicts (a succeeded training run)."),
     input_path: Path = typer.Option(..., "--input", help="The file to predict on: CSV, TSV, JSONL, TXT (one text "
-                                                          "per line), CoNLL or SQuAD JSON."),
+                                                          "per line), CoNLL or SQuAD JSON; or a stored dataset id "
+                                                          "or name (its records, training then validation split)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the finished predictions here (a file, or "
                                                                  "a folder to put it in); implies --wait."),
     output_format: str = typer.Option("csv", "--format", help="Output format: csv, jsonl or parquet."),
@@ -83,9 +84,13 @@ def predict(
     from workbench.services import predictions
 
     with open_workbench() as wb:
-        job_id = predictions.submit_prediction(wb, run_id, input_path, input_format=input_format,
-                                               columns=_columns(text_column, text_pair_column),
-                                               output_format=output_format)
+        if input_path.expanduser().exists():
+            job_id = predictions.submit_prediction(wb, run_id, input_path, input_format=input_format,
+                                                   columns=_columns(text_column, text_pair_column),
+                                                   output_format=output_format)
+        else:
+            job_id = _predict_dataset(wb, run_id, str(input_path), output_format,
+                                      given=input_format or text_column or text_pair_column)
         if not (wait or output):
             emit({"id": job_id, "status": "queued", "rows": 0, "output": None, "error": None}, as_json, str(job_id))
             return
@@ -94,6 +99,23 @@ def predict(
         _wait(wb, job_id, f"prediction job {job_id}")
         job = predictions.get_job(wb, job_id)
     _report_prediction(job, output, output_format, as_json)
+
+
+def _predict_dataset(wb, run_id: int, name: str, output_format: str, given: Any) -> int:
+    """A prediction job over the stored dataset ``name`` (``--input`` named no file)."""
+    from workbench.errors import ConfigError, NotFound
+    from workbench.services import datasets, predictions
+
+    predictions.model_run_checked(wb, run_id)  # a missing run is said as such, not as a missing file
+    try:
+        datasets.get_dataset(wb, name)
+    except NotFound:
+        raise NotFound(f"no such file or stored dataset: {name} (`workbench data list` shows the stored "
+                       "datasets)") from None
+    if given:
+        raise ConfigError("--input-format, --text-column and --text-pair-column describe a file; a stored "
+                          "dataset's records are read as they were imported")
+    return predictions.submit_dataset_prediction(wb, run_id, name, output_format=output_format)
 
 
 def _report_prediction(job: dict[str, Any], output: Optional[Path], output_format: str, as_json: bool) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -21,7 +23,7 @@ from jobs import queue
 from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
 from storage.context import Workbench
-from storage.datasets.lookup import find_dataset
+from storage.datasets.lookup import dataset_files, find_dataset
 from jobs.states import ACTIVE
 from storage.models import (FAILED, KIND_EVALUATE, KIND_PREDICT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Artifact,
                             Dataset, Run, utcnow)
@@ -98,6 +100,12 @@ def model_run(session, run_id: int) -> Run:
     return run
 
 
+def model_run_checked(wb: Workbench, run_id: int) -> str:
+    """The task of run ``run_id`` once it can put its model to work (``model_run``'s refusals otherwise)."""
+    with wb.db.session() as session:
+        return model_run(session, run_id).task
+
+
 def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, input_name: Optional[str] = None,
                       input_format: Optional[str] = None, columns: Optional[Mapping[str, Any]] = None,
                       output_format: str = "csv", priority: int = 0) -> int:
@@ -124,6 +132,39 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
                               task=task, model=model, name=spec.name, priority=priority)
     log.info("queued prediction job %s: run %s over %s", job_id, run_id, name)
     return job_id
+
+
+def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, output_format: str = "csv",
+                              priority: int = 0) -> int:
+    """Queue a prediction of run ``run_id``'s model over a stored dataset (an id, id prefix or name): its
+    normalized records, training split then validation split, read as a JSON Lines file whose keys the
+    run's task reads (the labels are carried to the output like any other column, beside the predictions).
+
+    The records are joined into one file under the kept inputs and handed to ``submit_prediction``, so the
+    job is an ordinary prediction job: the same checks, copy, resume and downloads."""
+    task = model_run_checked(wb, run_id)
+    summary = datasets_service.get_dataset(wb, dataset)
+    if summary.task != task:
+        raise ConfigError(f"dataset {summary.id} ({summary.name}) is a {summary.task} dataset; the run is a {task} "
+                          f"run — predict over a {task} dataset or a file")
+    train, validation = dataset_files(wb.db, summary.id)
+    name = f"{Path(summary.name).stem or 'dataset'}-{summary.id[:8]}.jsonl"
+    folder = inputs_dir(wb)
+    folder.mkdir(parents=True, exist_ok=True)
+    joined = folder / f".{uuid.uuid4().hex}.jsonl"
+    try:
+        with joined.open("wb") as out:
+            for path in (train, validation):
+                if path is not None and path.stat().st_size:
+                    with path.open("rb") as source:
+                        shutil.copyfileobj(source, out)
+                        source.seek(-1, 2)
+                        if source.read(1) != b"\n":
+                            out.write(b"\n")  # the next split's first record starts a line of its own
+        return submit_prediction(wb, run_id, joined, input_name=name, input_format="jsonl",
+                                 output_format=output_format, priority=priority)
+    finally:
+        joined.unlink(missing_ok=True)  # the job reads the kept copy
 
 
 def _existing_file(path: str | Path) -> Path:

@@ -167,14 +167,21 @@ def _format(value: Optional[str]) -> Optional[str]:
     return None if value in (None, "", AUTO) else value
 
 
-def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pair: str, output_format: str) -> str:
-    """Queue a prediction job over the uploaded file with the selected run's model."""
+def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pair: str, output_format: str,
+                     dataset_id: Optional[str] = None) -> str:
+    """Queue a prediction job over the uploaded file (else the picked stored dataset) with the selected run's model."""
     run, note = model_run(wb, rid)
     if note:
         raise gr.Error(note)
     path = received_file(upload, "file to label")
+    if path is None and (dataset_id or "").strip():  # a pick from the list: a stored dataset, never a server path
+        job_id = predict_service.submit_dataset_prediction(wb, int(run["id"]), dataset_id.strip(),
+                                                           output_format=output_format or "csv")
+        return (f"✔ Queued prediction job #{job_id} for dataset {dataset_id.strip()}: it appears in the table "
+                "below, and its file can be downloaded there once it has succeeded.")
     if path is None:
-        raise gr.Error("Upload the file to label first (CSV, TSV, JSONL, text, CoNLL or SQuAD JSON).")
+        raise gr.Error("Upload the file to label first (CSV, TSV, JSONL, text, CoNLL or SQuAD JSON), or pick a "
+                       "stored dataset.")
     name = path.name  # Gradio keeps the browser's file name in its upload folder
     job_id = predict_service.submit_prediction(wb, int(run["id"]), path, input_name=name,
                                                input_format=_format(input_format), columns=_columns(text, pair),
@@ -215,6 +222,7 @@ class PredictPanel:
     note: gr.Markdown
     forms: gr.Column
     upload: gr.File
+    dataset: gr.Dropdown
     input_format: gr.Dropdown
     text_column: gr.Textbox
     pair_column: gr.Textbox
@@ -233,15 +241,18 @@ class PredictPanel:
     @property
     def values(self) -> list:
         """The outputs ``on_run`` fills, in its order."""
-        return [self.note, self.forms, self.test_set, self.jobs, self.pick, self.shown_key]
+        return [self.note, self.forms, self.dataset, self.test_set, self.jobs, self.pick, self.shown_key]
 
 
 def _build_predict() -> tuple:
     with gr.Group():
         gr.Markdown("**Predict a file** — every row labelled by this run's model; the output is the file's own "
                     "columns plus the predictions.")
-        upload = gr.File(label="File to label (CSV, TSV, JSONL, text, CoNLL, SQuAD JSON)", type="filepath",
-                         elem_id="predict-upload")
+        with gr.Row():
+            upload = gr.File(label="File to label (CSV, TSV, JSONL, text, CoNLL, SQuAD JSON)", type="filepath",
+                             elem_id="predict-upload", scale=2)
+            dataset = gr.Dropdown([], label="… or a stored dataset (its records, training then validation split)",
+                                  elem_id="predict-dataset", scale=2)
         with gr.Row():
             input_format = gr.Dropdown(list(INPUT_FORMATS), value=AUTO, label="Format", min_width=120)
             text_column = gr.Textbox(label="Text column (empty: detected)", elem_id="predict-text-column")
@@ -250,7 +261,7 @@ def _build_predict() -> tuple:
                                      elem_id="predict-output-format")
         predict = gr.Button("Predict this file", variant="primary", elem_id="predict-go")
         predict_status = gr.Markdown(elem_id="predict-status")
-    return upload, input_format, text_column, pair_column, output_format, predict, predict_status
+    return upload, dataset, input_format, text_column, pair_column, output_format, predict, predict_status
 
 
 def _build_evaluate() -> tuple:
@@ -285,8 +296,8 @@ def build_panel() -> PredictPanel:
 def on_run(wb, rid: Any) -> tuple:
     """The tab's values for a newly selected run (``PredictPanel.values`` order)."""
     v = panel_values(wb, rid)
-    return (v.note, gr.update(visible=v.can_predict), gr.update(choices=v.test_sets, value=None), v.rows,
-            gr.update(choices=v.choices, value=v.picked), v.key)
+    return (v.note, gr.update(visible=v.can_predict), gr.update(choices=v.test_sets, value=None),
+            gr.update(choices=v.test_sets, value=None), v.rows, gr.update(choices=v.choices, value=v.picked), v.key)
 
 
 def on_tick(wb, rid: Any, last_key: str, picked: Any = None) -> tuple:
@@ -297,10 +308,11 @@ def on_tick(wb, rid: Any, last_key: str, picked: Any = None) -> tuple:
     rows, choices, jobs_key = job_table(wb, fmt.positive_id((run or {}).get("id")))
     key = _key(note, jobs_key)
     if key == last_key:
-        return (*[gr.skip()] * 5, last_key)
+        return (*[gr.skip()] * 6, last_key)
     if not last_key or json.loads(last_key)[0] != note:
         return on_run(wb, rid)
-    return gr.skip(), gr.skip(), gr.skip(), rows, gr.update(choices=choices, value=_pick(choices, picked)), key
+    return (gr.skip(), gr.skip(), gr.skip(), gr.skip(), rows, gr.update(choices=choices, value=_pick(choices, picked)),
+            key)
 
 
 def wire(wb, panel: PredictPanel, run_id: gr.Number, timer: gr.Timer) -> None:
@@ -309,13 +321,13 @@ def wire(wb, panel: PredictPanel, run_id: gr.Number, timer: gr.Timer) -> None:
     timer.tick(lambda rid, key, picked: on_tick(wb, rid, key, picked), [run_id, panel.shown_key, panel.pick],
                panel.values, show_progress="hidden", queue=False)
 
-    def on_predict(rid, upload, input_format, text, pair, output_format):
-        return said(queue_prediction, wb, rid, upload, input_format, text, pair, output_format)
+    def on_predict(rid, upload, dataset_id, input_format, text, pair, output_format):
+        return said(queue_prediction, wb, rid, upload, input_format, text, pair, output_format, dataset_id)
 
     def on_evaluate(rid, dataset_id, upload, text, pair):
         return said(queue_evaluation, wb, rid, dataset_id, upload, text, pair)
 
-    panel.predict.click(on_predict, [run_id, panel.upload, panel.input_format, panel.text_column,
+    panel.predict.click(on_predict, [run_id, panel.upload, panel.dataset, panel.input_format, panel.text_column,
                                      panel.pair_column, panel.output_format], [panel.predict_status])
     panel.evaluate.click(on_evaluate, [run_id, panel.test_set, panel.labelled, panel.text_column,
                                        panel.pair_column], [panel.evaluate_status])
