@@ -143,10 +143,7 @@ def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, outpu
     The records are joined into one file under the kept inputs and handed to ``submit_prediction``, so the
     job is an ordinary prediction job: the same checks, copy, resume and downloads."""
     task = model_run_checked(wb, run_id)
-    summary = datasets_service.get_dataset(wb, dataset)
-    if summary.task != task:
-        raise ConfigError(f"dataset {summary.id} ({summary.name}) is a {summary.task} dataset; the run is a {task} "
-                          f"run — predict over a {task} dataset or a file")
+    summary = _of_task(datasets_service.get_dataset(wb, dataset), task, f"predict over a {task} dataset or a file")
     train, validation = dataset_files(wb.db, summary.id)
     name = f"{Path(summary.name).stem or 'dataset'}-{summary.id[:8]}.jsonl"
     folder = inputs_dir(wb)
@@ -190,9 +187,14 @@ def resolve_test_set(wb: Workbench, data: str | Path, task: str, *, input_format
                                                   columns=column_mapping(columns), validation_fraction=0.0)
     else:
         dataset = datasets_service.get_dataset(wb, str(data))
+    return _of_task(dataset, task, f"evaluate it on a {task} test set")
+
+
+def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) -> datasets_service.DatasetSummary:
+    """``dataset``, refused with what to do ``instead`` when it holds another task's examples than the run's."""
     if dataset.task != task:
         raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; the run is a "
-                          f"{task} run — evaluate it on a {task} test set")
+                          f"{task} run — {instead}")
     return dataset
 
 
@@ -200,8 +202,7 @@ def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_for
                       columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True) -> int:
     """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
     ``files`` is False — a file to import as one); returns the job's id."""
-    with wb.db.session() as session:
-        task = model_run(session, run_id).task
+    task = model_run_checked(wb, run_id)
     dataset = resolve_test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
     return _queue_evaluation(wb, run_id, dataset, priority)
 
