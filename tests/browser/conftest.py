@@ -110,6 +110,33 @@ def page(browser):
     context.close()
 
 
+# The Gradio app has mounted (its own loading cover, a tracker right under ``.gradio-container > .app``, is gone) and no
+# component shows a pending tracker (its page-load events have answered). A test that types before then races
+# those events: a load answer computed for the empty form can land after the typed value's own answer.
+_IDLE_JS = """() => {
+  const app = document.querySelector('.gradio-container > .app');
+  if (!app || app.querySelector(':scope > [data-testid=status-tracker]')) return false;
+  return !Array.from(app.querySelectorAll('[data-testid=status-tracker]')).some(
+    e => !e.classList.contains('hide') && e.getClientRects().length && !/error/i.test(e.innerText));
+}"""
+
+
+def wait_ready(page, timeout: int = 60_000) -> None:
+    """Wait until the page is ready for a user: mounted, and its load events answered."""
+    page.wait_for_function(_IDLE_JS, timeout=timeout)
+
+
+def goto_ready(page, url: str) -> None:
+    """Open ``url`` and wait until the Gradio page is ready (``wait_ready``)."""
+    page.goto(url)
+    wait_ready(page)
+
+
+def reload_ready(page) -> None:
+    page.reload()
+    wait_ready(page)
+
+
 def screenshot(page, name: str, full_page: bool = True, element: str | None = None) -> Path:
     """Save a screenshot as a test artifact (tests/artifacts/screenshots/NAME.png).
 

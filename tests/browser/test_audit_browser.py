@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import Server, screenshot
+from tests.browser.conftest import Server, goto_ready, screenshot
 from tests.browser.test_workbench_ui import wait_text
 
 pytestmark = pytest.mark.browser
@@ -29,7 +29,7 @@ def audit_server(request, tmp_path_factory):
 
 def _open_panel(page, server, dataset_id: str) -> None:
     """Click the dataset's row: the panel opens by itself on the dataset's latest audit."""
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.locator(f"#data-datasets >> text={dataset_id} >> visible=true").first.click()
     page.wait_for_function("() => (document.querySelector('#data-selected textarea, #data-selected input')"
                            " || {value: ''}).value.trim() !== ''")

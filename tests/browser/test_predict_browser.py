@@ -10,7 +10,7 @@ import pytest
 from jobs.spec import DataSpec, RunSpec, TrainSpec
 from storage.context import open_workbench
 from storage.settings import Settings
-from tests.browser.conftest import Server, chromium_path, screenshot, tiny_model
+from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot, tiny_model
 from tests.conftest import ROOT
 from workbench.services import datasets
 from workbench.services import runs as runs_service
@@ -45,7 +45,7 @@ def predict_server(tmp_path_factory):
 
 def test_predict_a_file_and_download_its_rows(predict_server, page, tmp_path):
     server, run_id = predict_server
-    page.goto(f"{server.url}/?run={run_id}")
+    goto_ready(page, f"{server.url}/?run={run_id}")
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=JOB_TIMEOUT_MS)
     page.get_by_role("tab", name="Predict").click()
     page.locator("#predict-go").wait_for()
@@ -76,6 +76,6 @@ def test_predict_a_file_and_download_its_rows(predict_server, page, tmp_path):
     assert {row["predicted_label"] for row in rows} <= {"ham", "spam"}, rows[0]
     assert all(0.0 <= float(row["score"]) <= 1.0 for row in rows), rows[0]
     # The job has its own row in the Runs table, with its kind and its rows counted.
-    page.goto(f"{server.url}/?run={job_id}")
+    goto_ready(page, f"{server.url}/?run={job_id}")
     page.wait_for_selector("#run-status[data-kind='predict'][data-status='succeeded']", timeout=30_000)
     assert "predict" in page.locator("#runs-table").inner_text()

@@ -17,7 +17,7 @@ from jobs.worker import Worker
 from storage.context import open_workbench
 from storage.models import Run
 from storage.settings import Settings
-from tests.browser.conftest import Server, screenshot
+from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot
 from tests.browser.test_workbench_ui import open_tab, wait_text, wait_value
 from tests.queue_support import wait_until
 from tests.tiny_models import classification_records, write_jsonl
@@ -74,7 +74,7 @@ def home_wb(sweep_server):
 
 def test_sweeps_tab_shows_the_sweep_and_compares_its_top_trials(sweep_server, page):
     server, sweep_id, best = sweep_server
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.get_by_role("tab", name="Sweeps").click()
     progress = page.locator("#sweep-progress")
     progress.get_by_text("done 4").wait_for()
@@ -108,7 +108,7 @@ def address_names(page, name: str, value, timeout: int = 10_000) -> None:
 def test_the_sweep_picker_follows_a_sweep_to_its_end(sweep_server, home_wb, page):
     server = sweep_server[0]
     sweep_id = sweeps.create_sweep(home_wb, _sweep_spec(server.dataset_id, "followed"))
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.get_by_role("tab", name="Sweeps").click()
     wait_value(page, "#sweep-picker input", f"#{sweep_id} followed · running · 2/4")
     worker = Worker(home_wb, InProcessRunner(home_wb), max_jobs=2, gpus=[])
@@ -121,20 +121,20 @@ def test_the_sweep_picker_follows_a_sweep_to_its_end(sweep_server, home_wb, page
 
 def test_continue_puts_the_new_run_in_the_address_and_a_reload_opens_it(sweep_server, page):
     server, _, best = sweep_server
-    page.goto(f"{server.url}/?run={best['run_id']}")
+    goto_ready(page, f"{server.url}/?run={best['run_id']}")
     page.wait_for_selector("#run-status[data-status='succeeded']")
     page.get_by_role("button", name="Continue training").click()
     wait_text(page, "#runs-action-status", f"continues run #{best['run_id']}")
     continued = re.search(r"Run #(\d+)", page.locator("#runs-action-status").inner_text()).group(1)
     address_names(page, "run", continued)
-    page.reload()  # a reload opens the run the details showed
+    reload_ready(page)  # a reload opens the run the details showed
     wait_value(page, "#runs-selected input", continued)
     wait_text(page, "#run-header", f"#{continued} ")
 
 
 def test_clone_and_edit_clears_the_last_submit_and_estimates_again(sweep_server, home_wb, page):
     server = sweep_server[0]
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Train")
     wait_value(page, "#train-dataset input", server.dataset_id)
     wait_text(page, "#train-facts", "no finished run of this model and task")
@@ -161,12 +161,12 @@ def test_clone_and_edit_clears_the_last_submit_and_estimates_again(sweep_server,
 def test_a_reload_reopens_the_selected_dataset_and_its_latest_audit(sweep_server, home_wb, page):
     server = sweep_server[0]
     audit_id = audits.create_audit(home_wb, server.dataset_id, folds=2, model="fake:succeed")  # stays queued
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.locator(f"#data-datasets >> text={server.dataset_id} >> visible=true").first.click()
     wait_value(page, SELECTED_DATASET, server.dataset_id)
     address_names(page, "dataset", server.dataset_id)
     wait_text(page, "#audit-status", f"Audit {audit_id}")  # the panel opens on the latest audit
-    page.reload()
+    reload_ready(page)
     wait_value(page, SELECTED_DATASET, server.dataset_id)
     page.locator("#audit-state").wait_for(timeout=10_000)  # open, not closed and empty
     assert f"Audit {audit_id}" in page.locator("#audit-status").inner_text()
@@ -176,7 +176,7 @@ def test_a_refused_dataset_delete_says_why_and_leaves_the_table_as_it_was(sweep_
     server = sweep_server[0]
     waiting = runs_service.submit_run(home_wb, RunSpec(task="text-classification", model=DEFAULT_MODEL,
                                                        data=DataSpec(dataset_id=server.dataset_id)))
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.locator(f"#data-datasets >> text={server.dataset_id} >> visible=true").first.click()
     wait_value(page, SELECTED_DATASET, server.dataset_id)
     page.get_by_role("button", name="Delete dataset…").click()

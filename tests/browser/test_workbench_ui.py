@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import Server, screenshot, tiny_model
+from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot, tiny_model
 from tests.conftest import DATA_DIR, ROOT
 
 pytestmark = pytest.mark.browser
@@ -49,7 +49,7 @@ def upload_and_wait(page, path) -> None:
 
 
 def test_upload_sms_shows_preview_and_label_plot(server, page):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     upload_and_wait(page, UI_DATA / "sms_sample.csv")
     status = page.locator("#data-status").inner_text()
     assert "✔" in status and "csv" in status.lower() and "60" in status
@@ -63,7 +63,7 @@ def test_upload_sms_shows_preview_and_label_plot(server, page):
 
 
 def test_broken_csv_shows_the_line_number(server, page):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     upload_and_wait(page, UI_DATA / "broken.csv")
     status = page.locator("#data-status").inner_text()
     assert "✘" in status
@@ -75,7 +75,7 @@ def test_broken_csv_shows_the_line_number(server, page):
 
 
 def test_ner_example_shows_how_sub_tokens_get_labels(server, page):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     page.locator("#example-token-classification").click()
     wait_text(page, "#data-status", "conll", timeout=60_000)
     wait_text(page, "#data-subtokens", "(ignored)")
@@ -87,7 +87,7 @@ def test_validation_file_is_checked_on_upload_and_a_failed_import_keeps_the_tabl
     valid = tmp_path / "sms_validation.csv"
     valid.write_text("text,label\n" + "".join(f"message {i} about the weekend,{'spam' if i % 4 == 0 else 'ham'}\n"
                                               for i in range(12)), encoding="utf-8")
-    page.goto(server.url)
+    goto_ready(page, server.url)
     wait_text(page, "#data-datasets", "sms_sample")
     upload_and_wait(page, UI_DATA / "sms_sample.csv")
     page.locator("#data-validation input[type=file]").set_input_files(str(valid))
@@ -95,7 +95,7 @@ def test_validation_file_is_checked_on_upload_and_a_failed_import_keeps_the_tabl
     assert "12" in page.locator("#data-validation-status").inner_text()
     wait_text(page, "#data-validation-preview", "message 0 about the weekend")
     # A broken validation file gets the training file's check: file name and line number.
-    page.goto(server.url)
+    goto_ready(page, server.url)
     upload_and_wait(page, UI_DATA / "sms_sample.csv")
     page.locator("#data-validation input[type=file]").set_input_files(str(UI_DATA / "broken.csv"))
     wait_text(page, "#data-validation-status", "✘ Validation file", timeout=60_000)
@@ -108,7 +108,7 @@ def test_validation_file_is_checked_on_upload_and_a_failed_import_keeps_the_tabl
 
 
 def test_a_pos_file_gets_top_tags_a_tagging_title_and_whole_number_length_bins(server, page, tmp_path):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     choose(page, "data-task", "token-classification")
     upload_and_wait(page, EXAMPLES / "token-classification" / "brown_pos.conll")
     wait_text(page, "#data-subtokens", "(ignored)", timeout=60_000)
@@ -120,7 +120,7 @@ def test_a_pos_file_gets_top_tags_a_tagging_title_and_whole_number_length_bins(s
     tiny = tmp_path / "tiny.csv"
     tiny.write_text("text,label\n" + "".join(f"same length text number {i},{'a' if i % 2 else 'b'}\n"
                                               for i in range(6)), encoding="utf-8")
-    page.goto(server.url)  # a fresh upload box (a shown file hides the file input)
+    goto_ready(page, server.url)  # a fresh upload box (a shown file hides the file input)
     upload_and_wait(page, tiny)
     page.locator("#data-lengths rect.wb-bar").first.wait_for(state="attached")
     labels = page.eval_on_selector_all("#data-lengths text", "els => els.map(e => e.textContent)")
@@ -130,7 +130,7 @@ def test_a_pos_file_gets_top_tags_a_tagging_title_and_whole_number_length_bins(s
 
 def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory):
     model = tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert")
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Train")
     page.locator("#train-dataset input").wait_for()
     wait_value(page, "#train-dataset input", "sms_sample")
@@ -156,7 +156,7 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
 
 
 def select_run(page, server, rid: int) -> None:
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Runs")
     box = page.locator("#runs-selected input")
     box.fill(str(rid))
@@ -166,13 +166,13 @@ def select_run(page, server, rid: int) -> None:
 def test_the_selected_run_survives_a_reload(server, page):
     select_run(page, server, 1)
     page.wait_for_function("() => new URL(location.href).searchParams.get('run') === '1'", timeout=30_000)
-    page.reload()  # the link opens the Runs tab with run 1 shown
+    reload_ready(page)  # the link opens the Runs tab with run 1 shown
     wait_value(page, "#runs-selected input", "1")
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
 
 
 def test_a_fresh_runs_tab_shows_an_empty_state_and_disabled_buttons(server, page):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Runs")
     page.locator("#run-empty").wait_for()
     body = page.inner_text("body")
@@ -250,7 +250,7 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
         assert runs_service.wait_for_run(wb, second, timeout=RUN_TIMEOUT_MS / 1000)["status"] == "succeeded"
     finally:
         wb.close()
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Compare")
     for label in ("#1", "#2"):
         choose(page, "compare-runs", label)
@@ -308,7 +308,7 @@ def test_pickers_follow_imports_deletes_and_new_runs(server, page, tmp_path):
     extra = tmp_path / "weekend_notes.csv"
     extra.write_text("text,label\n" + "".join(f"note {i} for the weekend plans,{'x' if i % 3 else 'y'}\n"
                                               for i in range(30)), encoding="utf-8")
-    page.goto(server.url)
+    goto_ready(page, server.url)
     open_tab(page, "Train")
     assert "weekend_notes" not in dropdown_options(page, "train-dataset")
     open_tab(page, "Compare")
@@ -347,7 +347,7 @@ def test_pickers_follow_imports_deletes_and_new_runs(server, page, tmp_path):
 
 
 def test_deleting_a_dataset_asks_first(server, page):
-    page.goto(server.url)
+    goto_ready(page, server.url)
     wait_text(page, "#data-datasets", "sms_sample")
     page.locator("#data-datasets >> text=sms_sample >> visible=true").first.click()
     page.wait_for_function("() => (document.querySelector('#data-selected textarea, #data-selected input') || {value: ''}).value.trim() !== ''")
@@ -366,7 +366,7 @@ def test_auth_asks_for_a_login(tmp_path, browser):
     try:
         context = browser.new_context(viewport={"width": 1100, "height": 700})
         page = context.new_page()
-        page.goto(server.url)
+        goto_ready(page, server.url)
         password = page.locator("input[type=password]")
         password.wait_for(timeout=30_000)
         assert page.locator("#tab-data").count() == 0
