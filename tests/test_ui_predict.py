@@ -179,7 +179,7 @@ def test_an_evaluation_shows_metrics_per_class_confusion_and_errors(wb, tmp_path
                    [{"text": "not good 3", "gold": "neg", "predicted": "pos", "correct": False, "score": 0.6}])
     view = runs_tab.run_view(wb, job_id)
     assert "evaluation job" in view.header and "held-out" in view.header
-    assert ["accuracy", "0.7500"] in view.final_metrics and view.per_class[0][:4] == ["pos", "0.8000", "0.7000",
+    assert ["Accuracy", "0.7500"] in view.final_metrics and view.per_class[0][:4] == ["pos", "0.8000", "0.7000",
                                                                                       "0.7500"]
     assert "gold \\ predicted" in view.confusion and view.errors[0][:3] == ["neg", "pos", "0.6000"]
     rows = predict_panel.panel_values(wb, run_id).rows

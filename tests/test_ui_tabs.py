@@ -55,7 +55,7 @@ def test_run_view_reads_curves_tables_errors_and_skips_when_unchanged(wb, tmp_pa
     assert view.per_class[1][:4] == ["spam", "1", "0.5000", "0.6700"]
     assert "gold \\ predicted" in view.confusion
     assert view.errors == [["spam", "ham", "0.6000", "—", "win a prize"]]  # gold, predicted, score, quality, input
-    assert "data-status='succeeded'" in view.header and ["accuracy", "0.9000"] in view.final_metrics
+    assert "data-status='succeeded'" in view.header and ["Accuracy", "0.9000"] in view.final_metrics
     assert runs_tab.run_view(wb, run_id, view.key) is None
 
 

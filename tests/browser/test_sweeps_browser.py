@@ -188,3 +188,26 @@ def test_a_refused_dataset_delete_says_why_and_leaves_the_table_as_it_was(sweep_
     assert page.locator(ERROR_BADGE).count() == 0
     assert server.dataset_id in page.locator("#data-datasets").inner_text()
     assert page.locator(SELECTED_DATASET).first.input_value() == server.dataset_id
+
+
+# --- issue 25: readable results ------------------------------------------------------------------------------
+
+def test_the_best_run_publishes_with_a_token_and_its_details_read_plainly(sweep_server, page):
+    server, _, best = sweep_server
+    page.goto(server.url)
+    page.get_by_role("tab", name="Sweeps").click()
+    wait_text(page, "#sweep-progress", "finished")
+    page.locator("#sweep-publish-token input[type=checkbox]").check()
+    page.locator("#sweep-publish").click()
+    wait_text(page, "#sweep-action", "Token (shown only now")
+    assert "?token=" in page.locator("#sweep-action").inner_text()
+    page.goto(f"{server.url}/?run={best['run_id']}")
+    page.wait_for_selector("#run-status[data-status='succeeded']")
+    with page.expect_download(timeout=10_000) as download:  # one click: the zip is made and saved
+        page.locator("#runs-download").click()
+    assert download.value.suggested_filename.endswith(".zip")
+    open_tab(page, "Metrics")
+    wait_text(page, "#run-metrics", "Accuracy")
+    assert not page.locator("#run-metric-details").is_visible()  # the bookkeeping stays collapsed
+    page.get_by_text("Details: everything else the run recorded").click()
+    wait_text(page, "#run-metric-details", "resumed_from")

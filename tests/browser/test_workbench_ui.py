@@ -276,8 +276,9 @@ def test_run_actions_clone_download_delete(server, page):
     wait_text(page, "#train-spec", "tiny-bert")
     assert "faster lr (edited)" in page.locator("#train-spec").inner_text()
     open_tab(page, "Runs")
-    page.get_by_role("button", name="Download model (.zip)").click()
-    page.get_by_text(re.compile(r"\.zip")).first.wait_for(timeout=60_000)
+    with page.expect_download(timeout=60_000) as download:  # one click saves the zip
+        page.get_by_role("button", name="Download model (.zip)").click()
+    assert download.value.suggested_filename.endswith(".zip")
     page.get_by_role("button", name="Delete…").click()
     page.get_by_role("button", name="Keep it").click()
     page.get_by_role("button", name="Delete…").click()

@@ -41,13 +41,14 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     runs = [fmt.as_dict(runs_service.get_run(wb, int(r))) for r in run_ids]
     labels = [f"#{r['id']} {fmt.run_name(r)}" for r in runs]
     metric_keys = quality_metrics(runs)
-    metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")),
+    metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")), fmt.dataset_label(r),
                              *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys],
                              baselines.summary(r.get("metrics")) or fmt.MISSING,
                              baselines.warning(r.get("metrics")) or ("beats the baselines"
                                                                      if baselines.summary(r.get("metrics")) else fmt.MISSING)]
                             for label, r in zip(labels, runs)],
-                           columns=["Run", "Status", "Model", *metric_keys, "Baselines (same split)", "Verdict"])
+                           columns=["Run", "Status", "Model", "Dataset", *metric_keys, "Baselines (same split)",
+                                    "Verdict"])
     # None in a spec means "the engine chooses": show what it chose once the run has recorded it.
     resolved = [runs_service.read_run_hyperparameters(r.get("output_dir")) for r in runs]
     diff_rows = [[key, *[fmt.shown_setting(key, v, hp) for v, hp in zip(values, resolved)]]
@@ -57,7 +58,32 @@ def compare(wb, run_ids: list[int]) -> Comparison:
                                       for r in runs])
     curves = {label: runs_service.run_curves(wb, r["id"]) for label, r in zip(labels, runs)}
     message = f"{len(diff_rows)} setting(s) differ." if diff_rows else "The configurations are identical."
+    warning = datasets_warning(runs)
+    message = f"{warning}\n\n{message}" if warning else message
     return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message)
+
+
+def _dataset_key(run: dict[str, Any]) -> tuple:
+    """What decides the validation split a run was scored on: its stored dataset, else its files."""
+    data = (run.get("spec") or {}).get("data") or {}
+    dataset_id = run.get("dataset_id") or data.get("dataset_id")
+    return ("dataset", dataset_id) if dataset_id else ("files", data.get("train_path"), data.get("validation_path"))
+
+
+def datasets_warning(runs: list[dict[str, Any]]) -> str:
+    """A warning when the training runs compared trained on different datasets, naming each dataset and its
+    runs; "" when they share one. Each run is scored on its own dataset's validation split."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for run in runs:
+        if not fmt.is_job(run):
+            groups.setdefault(_dataset_key(run), []).append(run)
+    if len(groups) < 2:
+        return ""
+    named = "; ".join(fmt.dataset_label(group[0]) + ": " + ", ".join(f"#{run.get('id')}" for run in group)
+                      for group in groups.values())
+    return ("⚠ **These scores are not comparable: the runs trained on different datasets** "
+            f"({named}). Each run was scored on its own dataset's validation split, so the examples differ; "
+            "to compare them on the same examples, evaluate them on one test set (*On a test set*, below).")
 
 
 HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch", "examples",

@@ -466,3 +466,65 @@ def clean_log(text: str) -> str:
         else:
             lines.append(line)
     return "\n".join(lines)
+
+
+# The Metrics tab's names for what a reader looks at, in the order it shows them: the task's scores first,
+# then what the run cost. Every other key a run records (the attention kernel and why, evaluations and
+# checkpoints counted for the time estimates, parameter counts, ...) is bookkeeping, kept under "details".
+SCORE_NAMES = {
+    "accuracy": "Accuracy", "f1_macro": "F1 (macro)", "f1_micro": "F1 (micro)", "roc_auc": "ROC AUC",
+    "entity_f1": "Entity F1", "entity_precision": "Entity precision", "entity_recall": "Entity recall",
+    "token_accuracy": "Token accuracy", "f1": "F1 (%)", "exact_match": "Exact match (%)",
+    "perplexity": "Perplexity", "perplexity_before": "Perplexity before training", "mlm_loss": "Masked-LM loss",
+    "nsp_accuracy": "Next-sentence accuracy", "train_loss": "Training loss",
+}
+COST_NAMES = {
+    "wall_seconds": "Total time", "train_seconds": "Training time",
+    "samples_per_second": "Training speed (examples/s)", "train_records": "Training examples",
+    "validation_records": "Validation examples", "method": "Method", "device": "Device",
+    # prediction and evaluation jobs
+    "test_set": "Test set", "rows": "Rows", "seconds": "Time", "rows_per_second": "Rows per second",
+    "truncated": "Rows cut to the max length",
+}
+BASELINE_SCORES = {"accuracy": "accuracy", "f1_macro": "F1 (macro)"}
+
+
+def _readable_value(key: str, value: Any) -> str:
+    if key.endswith("seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.1f}s" if value < 10 else format_duration(value)
+    return format_metric(value)
+
+
+def readable_metric_rows(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
+    """The Metrics tab's table: the task's scores, the baselines on the same validation split with the
+    verdict, then the run's time and size, each under a name people read (``Accuracy``, ``Total time``)."""
+    metrics = metrics or {}
+    rows = [[name, _readable_value(key, metrics[key])] for key, name in SCORE_NAMES.items() if key in metrics]
+    found = metrics.get("baselines")
+    for name, scores in (found.items() if isinstance(found, Mapping) else ()):
+        for score, score_name in BASELINE_SCORES.items():
+            if isinstance(scores, Mapping) and score in scores:
+                rows.append([f"Baseline: {baselines.NAMES.get(name, name)} — {score_name}",
+                             format_metric(scores[score])])
+    if baselines.status(metrics):
+        rows.append(["Verdict", baselines.warning(metrics) or "beats the baselines"])
+    rows += [[name, _readable_value(key, metrics[key])] for key, name in COST_NAMES.items()
+             if metrics.get(key) is not None]
+    return rows
+
+
+def metric_detail_rows(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
+    """Everything else the run recorded, by its own key (nested ones dotted), for the collapsed details."""
+    shown = {*SCORE_NAMES, *COST_NAMES, "verdict.status", "verdict.message",
+             *(f"baselines.{name}.{score}" for name in baselines.NAMES for score in BASELINE_SCORES)}
+    return [[key, short_value(value, 200) if isinstance(value, (list, str)) else format_metric(value)]
+            for key, value in sorted(flatten(metrics or {}).items()) if key not in shown]
+
+
+def dataset_label(run: Mapping[str, Any]) -> str:
+    """The dataset a run trained on as people read it: its name, with its id when it has one
+    (``sms-spam (3f9a0c)``)."""
+    name = dataset_name(run)
+    spec = run.get("spec") if isinstance(run.get("spec"), Mapping) else {}
+    dataset_id = run.get("dataset_id") or (spec.get("data") or {}).get("dataset_id")
+    return f"{name} ({dataset_id})" if dataset_id and str(dataset_id) != name else name

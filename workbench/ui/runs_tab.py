@@ -39,6 +39,19 @@ NO_RUN_KEY = "none"
 JOB_CURVES_NOTE = ("A prediction or evaluation job trains nothing, so it has no curves: its progress counts rows "
                    "(above), and an evaluation's scores are in the Metrics tab.")
 SHARE_HEADERS = ["Slug", "Link", "Access", "Created"]
+# What saves the model's zip the moment the download button receives it: the click that asked for it is the
+# only click (a DownloadButton saves on click only what it already holds).
+SAVE_DOWNLOAD_JS = """(file) => {
+    if (file && file.url) {
+        const link = document.createElement("a");
+        link.href = file.url;
+        link.download = file.orig_name || "model.zip";
+        document.body.appendChild(link);
+        link.click();
+        link.remove();
+    }
+    return [];
+}"""
 
 
 def list_page(wb, status: str = ALL, search: str = "", sort: str = "newest first",
@@ -85,6 +98,7 @@ class RunView:
     confusion: str
     errors: list[list[Any]]
     spec: str
+    metric_details: list[list[Any]] = dataclasses.field(default_factory=list)  # bookkeeping, shown collapsed
     curves_note: str = ""  # what empty curve charts say instead of "no points yet" (a job has none)
 
 
@@ -115,11 +129,6 @@ def run_header(run: dict[str, Any]) -> str:
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
-
-
-def metrics_rows(metrics: dict[str, Any]) -> list[list[Any]]:
-    return [[key, fmt.format_metric(value)] for key, value in sorted((metrics or {}).items())
-            if not isinstance(value, (dict, list))]
 
 
 def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
@@ -217,7 +226,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     return RunView(
         key=key, header=header, status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
-        log_tail=log_text or "(no log yet)", final_metrics=metrics_rows(run.get("metrics") or {}),
+        log_tail=log_text or "(no log yet)", final_metrics=fmt.readable_metric_rows(run.get("metrics")),
+        metric_details=fmt.metric_detail_rows(run.get("metrics")),
         per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix),
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str),
         curves_note=JOB_CURVES_NOTE if job else "")
@@ -228,7 +238,8 @@ def selected_run(rid: Any) -> Optional[int]:
     return fmt.positive_id(rid)
 
 
-DETAIL_OUTPUTS = 9  # header, loss, metric curves, log, final metrics, per class, confusion, errors, spec
+# header, loss, metric curves, log, final metrics, per class, confusion, errors, spec, metric details
+DETAIL_OUTPUTS = 10
 
 
 def detail_values(wb, rid: Any, last_key: str) -> tuple:
@@ -238,7 +249,7 @@ def detail_values(wb, rid: Any, last_key: str) -> tuple:
         # Cleared once (a deleted run's details must not linger), then skipped on every tick.
         if last_key == NO_RUN_KEY:
             return (*[gr.skip()] * DETAIL_OUTPUTS, last_key)
-        return (EMPTY_STATE, "", "", "", [], [], "", [], "", NO_RUN_KEY)
+        return (EMPTY_STATE, "", "", "", [], [], "", [], "", [], NO_RUN_KEY)
     try:
         view = run_view(wb, rid, last_key)
     except WorkbenchError as exc:
@@ -249,7 +260,8 @@ def detail_values(wb, rid: Any, last_key: str) -> tuple:
     return (view.header, plots.line_chart_svg(view.loss, "Loss", empty=view.curves_note or "No points yet."),
             plots.line_chart_svg(view.metrics_curves, "Evaluation metrics",
                                  empty=view.curves_note or "Evaluation metrics appear after the first evaluation."),
-            view.log_tail, view.final_metrics, view.per_class, view.confusion, view.errors, view.spec, view.key)
+            view.log_tail, view.final_metrics, view.per_class, view.confusion, view.errors, view.spec,
+            view.metric_details, view.key)
 
 
 def tick_values(wb, status: str, search: str, sort: str, page: int, rid: Any, last_key: str) -> tuple:
@@ -385,14 +397,13 @@ class _Actions:
     extra_epochs: gr.Number
     continue_button: gr.Button
     delete: gr.Button
-    download: gr.Button
+    download: gr.DownloadButton
     publish: gr.Button
     confirm_row: gr.Row
     confirm_text: gr.Markdown
     confirm_delete: gr.Button
     keep: gr.Button
     status: gr.Markdown
-    zip_file: gr.File
 
     @property
     def buttons(self) -> list:
@@ -410,7 +421,7 @@ def _build_actions(can_publish: bool) -> _Actions:
         extra_epochs = gr.Number(1, label="More epochs", precision=1, min_width=90)
         continue_button = gr.Button("Continue training", size="sm", interactive=False)
         delete = gr.Button("Delete…", size="sm", variant="stop", interactive=False)
-        download = gr.Button("Download model (.zip)", size="sm", interactive=False)
+        download = gr.DownloadButton("Download model (.zip)", size="sm", interactive=False, elem_id="runs-download")
         publish = gr.Button("Publish playground…", size="sm", variant="primary", visible=can_publish,
                             interactive=False, elem_id="runs-publish")
     with gr.Row(visible=False) as confirm_row:
@@ -418,9 +429,8 @@ def _build_actions(can_publish: bool) -> _Actions:
         confirm_delete = gr.Button("Yes, delete it and its files", variant="stop", size="sm")
         keep = gr.Button("Keep it", size="sm")
     action_status = gr.Markdown(elem_id="runs-action-status")
-    zip_file = gr.File(label="Model archive", visible=False)
     return _Actions(run_id, cancel, retry, clone, extra_epochs, continue_button, delete, download, publish,
-                    confirm_row, confirm_text, confirm_delete, keep, action_status, zip_file)
+                    confirm_row, confirm_text, confirm_delete, keep, action_status)
 
 
 @dataclasses.dataclass
@@ -483,6 +493,7 @@ class _Details:
     confusion: gr.HTML
     errors: gr.Dataframe
     spec: gr.Code
+    metric_details: gr.Dataframe
     predict: predict_panel.PredictPanel
     share: Optional[_Share]
 
@@ -490,7 +501,7 @@ class _Details:
     def outputs(self) -> list:
         """In ``detail_values`` order (``DETAIL_OUTPUTS`` of them)."""
         return [self.header, self.loss_plot, self.metric_plot, self.log_box, self.final_metrics, self.per_class,
-                self.confusion, self.errors, self.spec]
+                self.confusion, self.errors, self.spec, self.metric_details]
 
 
 def _build_details(can_publish: bool) -> _Details:
@@ -505,6 +516,10 @@ def _build_details(can_publish: bool) -> _Details:
                               max_lines=30)
         with gr.Tab("Metrics", id="metrics"):
             final_metrics = gr.Dataframe(headers=["Metric", "Value"], interactive=False, elem_id="run-metrics")
+            with gr.Accordion("Details: everything else the run recorded", open=False,
+                              elem_id="run-metric-details-box"):
+                metric_details = gr.Dataframe(headers=["Key", "Value"], interactive=False, wrap=True,
+                                              elem_id="run-metric-details")
             per_class = gr.Dataframe(headers=PER_CLASS_HEADERS, interactive=False, label="Per class / entity / tag",
                                      elem_id="run-per-class")
             confusion = gr.HTML(label="Confusion matrix", elem_id="run-confusion")
@@ -523,7 +538,7 @@ def _build_details(can_publish: bool) -> _Details:
             predict = predict_panel.build_panel()
         share = _build_share() if can_publish else None
     return _Details(header, detail_tabs, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion,
-                    errors, spec, predict, share)
+                    errors, spec, metric_details, predict, share)
 
 
 def build(wb) -> RunsTab:
@@ -622,12 +637,20 @@ def _wire_actions(wb, actions: _Actions) -> list:
 
     deleted = actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
 
-    def on_download(rid):
-        path = _act(lambda r: _export_zip(wb, r), rid)
-        return gr.update(value=str(path), visible=True)
-
-    actions.download.click(on_download, [run_id], [actions.zip_file])
+    actions.download.click(lambda rid, held: download_value(wb, rid, held), [run_id, actions.download],
+                           [actions.download])
+    # The button holds no zip until it is first asked for: the browser saves it as soon as it arrives.
+    actions.download.change(None, [actions.download], None, js=SAVE_DOWNLOAD_JS)
+    run_id.change(lambda _rid: None, [run_id], [actions.download], show_progress="hidden")
     return [continued, deleted]
+
+
+def download_value(wb, run_id: Any, held: Optional[str]) -> Any:
+    """The zip of the run's model for the download button, made (once; reused while the model folder is
+    unchanged) when first asked for. A button that already holds it (``held``) saved it on this click."""
+    if held:
+        return gr.skip()
+    return str(_act(lambda r: _export_zip(wb, r), run_id))
 
 
 def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> None:

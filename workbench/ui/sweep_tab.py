@@ -20,9 +20,8 @@ import yaml
 from jobs.spec_files import load_json, load_yaml
 from jobs.sweep_spec import PRUNERS, SweepSpec, default_space, format_params
 from workbench.errors import ConfigError, WorkbenchError
-from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
-from workbench.ui import sweep_plots
+from workbench.ui import runs_tab, sweep_plots
 
 TICK_SECONDS = 3.0
 TRIAL_COLUMNS = ["Trial", "Run", "State", "Value", "Last reported", "Parameters"]
@@ -194,6 +193,16 @@ def best_of(wb, sweep_id) -> int:
         raise gr.Error(str(exc))
 
 
+def publish_best(wb, sweep_id, with_token: bool) -> str:
+    """Publish the sweep's best run as the Share tab publishes a run: public, or protected by a generated
+    token shown once with the link that carries it; a refusal is one "✘" line."""
+    def publish_best_run(sweep_id_):
+        best = best_of(wb, sweep_id_)
+        return f"**Best run #{best}** — " + runs_tab.publish_playground(wb, best, with_token)
+
+    return runs_tab.inline(publish_best_run, sweep_id)
+
+
 @dataclasses.dataclass
 class SweepView:
     sweep_id: gr.Dropdown
@@ -212,6 +221,8 @@ def build_view(wb) -> SweepView:
         compare_top = gr.Button("Compare the top 5", size="sm", elem_id="sweep-compare")
         open_best = gr.Button("Open the best run", size="sm", elem_id="sweep-open-best")
         publish = gr.Button("Publish the best run", size="sm", elem_id="sweep-publish")
+        publish_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
+                                    elem_id="sweep-publish-token")
     action = gr.Markdown(elem_id="sweep-action")
     with gr.Row():
         by_trial = gr.HTML(elem_id="sweep-by-trial")
@@ -244,22 +255,11 @@ def build_view(wb) -> SweepView:
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 
-    def on_publish(sweep_id):
-        from workbench.playground import service as playgrounds
-
-        try:
-            best = best_of(wb, sweep_id)
-            info = playgrounds.publish(wb, best)
-            warning = runs_service.learned_warning(wb, best)
-        except WorkbenchError as exc:
-            raise gr.Error(str(exc))
-        return (f"✔ The best run is published: [{info.url_path}]({info.url_path})"
-                + (f"\n\n⚠ Run #{best} {warning}" if warning else ""))
-
     picker.change(show, [picker], outputs, show_progress="hidden")
     refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])
     cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
-    publish.click(on_publish, [picker], [action])
+    publish.click(lambda sweep_id, with_token: publish_best(wb, sweep_id, with_token), [picker, publish_token],
+                  [action])
     shown_choices = gr.State(None)  # the picker's choices as the last tick sent them
     gr.Timer(TICK_SECONDS).tick(on_tick, [picker, shown_choices], [picker, *outputs, shown_choices],
                                 show_progress="hidden")
