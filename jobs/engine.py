@@ -5,8 +5,10 @@
 ``output_dir`` receives ``model/`` (weights in safetensors, tokenizer, label maps;
 loadable by ``transformers.pipeline``), ``adapter/`` for LoRA runs,
 ``checkpoints/`` (resumed from automatically), ``metrics.json``, ``tables.json``,
-``predictions.jsonl``, ``train.log``, and ``heldout.npz`` when the spec names records to
-predict. Importing this module is cheap: torch and transformers load when a run starts.
+``predictions.jsonl``, ``outcomes.npz`` (per-example results, ``jobs.outcomes``), ``train.log``,
+``model/calibration.json`` for text classification (``jobs.tasks.classification.calibrate``),
+and ``heldout.npz`` when the spec names records to predict. Importing this module is cheap: torch and
+transformers load when a run starts.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
-                           report_phase)
+                           machine_load, mean_load, report_phase)
 from jobs.spec import RunSpec
 from storage.errors import TrainingError
 
@@ -230,6 +232,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     from jobs.training import pick_device, world_size
 
     setup_started = time.perf_counter()
+    load_started = machine_load()
     report_phase(reporter, PREPARING)
     data = _load_data(spec, init_model_path)
     if data.method == "setfit":
@@ -255,6 +258,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     log.info("saving the model to %s", output_dir / "model")
     _export(trainer.model, built.tokenizer, output_dir, spec.lora.enabled)
     metrics = _run_metrics(data, built, trainer, fitted, evaluated, device, processes, setup_started)
+    # nested: a machine's load is no score to compare runs on (workbench.services.estimates reads it)
+    metrics["machine"] = {"load_per_cpu": mean_load(load_started, machine_load())}  # at its start and its end
     return _write_run(spec, output_dir, reporter, data, trainer, evaluated, metrics, setup_started)
 
 
@@ -430,6 +435,8 @@ def _evaluate(spec: RunSpec, module, trainer, prepared, reporter: Reporter) -> _
     n_eval = len(prepared.eval_dataset)
     log.info("training done at step %d; evaluating the best model on %d validation examples",
              trainer.state.global_step, n_eval)
+    if spec.task == "text-classification":  # the final evaluation fits what model/calibration.json holds
+        prepared.extra.update(calibrate=spec.train.calibrate, threshold=spec.train.threshold)
     if hasattr(module, "evaluate_model"):
         report_phase(reporter, EVALUATING, 0, n_eval)  # a task's own loop may not go through predict()
         evaluation = module.evaluate_model(trainer, prepared)
@@ -473,9 +480,12 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
 def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data, trainer, evaluated: _Evaluated,
                metrics: dict, setup_started: float) -> dict:
     """Report the final scores, add the baselines, and write metrics, tables, predictions and held-out outputs."""
+    from jobs.calibration import FITTED_METRICS
+
     evaluation = evaluated.evaluation
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
-                     {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
+                     {f"eval/{k}": v for k, v in evaluation.metrics.items()
+                      if isinstance(v, (int, float)) and k not in FITTED_METRICS})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
     metrics.update(assess_run(spec, data.train, data.validation, evaluation))
@@ -541,6 +551,19 @@ def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
 
 
 def write_outputs(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
+    """``outcomes.npz``, ``model/calibration.json`` (a classification run's fitted calibration), then
+    ``metrics.json``, ``tables.json`` and ``predictions.jsonl``.
+
+    ``metrics`` gains ``metrics_ci`` (the bootstrap intervals of ``jobs.outcomes``) in place, so the caller
+    returns, and the queue records, the metrics the file holds."""
+    from jobs.outcomes import save_outcomes
+
+    metrics.update(save_outcomes(output_dir, evaluation))
+    fitted = evaluation.tables.get("calibration", {}).get("model")
+    if fitted is not None and (output_dir / "model").is_dir():
+        from jobs.inference import CALIBRATION_FILE
+
+        (output_dir / "model" / CALIBRATION_FILE).write_text(json.dumps(fitted, indent=2))
     (output_dir / "metrics.json").write_text(json.dumps({**metrics, "hyperparameters": hp}, indent=2, default=str))
     (output_dir / "tables.json").write_text(json.dumps(evaluation.tables, indent=2))
     with (output_dir / "predictions.jsonl").open("w", encoding="utf-8") as handle:

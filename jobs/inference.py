@@ -2,15 +2,23 @@
 
 Everything here works on numpy arrays, offsets and strings: no model, no tokenizer, no torch. So it is
 unit-tested on hand-made inputs, and a playground answer and a prediction file's row, given the same
-logits, say the same thing. ``workbench.playground.predictors`` re-exports these names.
+logits, say the same thing. A classification model's calibration (``calibration.json`` in its folder:
+temperature and decision thresholds) is read and applied here too, so both apply it the same way.
+``workbench.playground.predictors`` re-exports these names.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import math
 import re
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
+log = logging.getLogger(__name__)
 MASK_PLACEHOLDER = "[MASK]"
 TOP_K = 5
 QA_STRIDE, QA_MAX_ANSWER_TOKENS = 128, 30
@@ -33,6 +41,64 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 def class_probabilities(logits: np.ndarray, multi_label: bool) -> np.ndarray:
     """One sigmoid per class for a multi-label model, a softmax over the classes otherwise."""
     return sigmoid(logits) if multi_label else softmax(logits)
+
+
+# ---------------------------------------------------------------- calibration and decision thresholds
+
+CALIBRATION_FILE = "calibration.json"  # in a classification run's model folder (jobs.tasks.classification)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What a classification run fitted on its validation split and every prediction of its model applies.
+
+    ``temperature`` divides the logits (1.0 when the run did not apply one); ``thresholds`` are a
+    multi-label model's per-class decision thresholds (a class not named keeps 0.5); ``positive`` and
+    ``positive_threshold`` a binary model's positive class and the probability it is predicted from.
+    """
+
+    temperature: float = 1.0
+    calibrated: bool = False  # the scores are temperature-scaled
+    thresholds: Optional[dict[str, float]] = None
+    positive: Optional[str] = None
+    positive_threshold: Optional[float] = None
+
+
+def load_calibration(model_dir: str | Path) -> Calibration:
+    """The ``calibration.json`` of a model folder; no calibration when there is none (an older run, SetFit,
+    another task) or it cannot be read (logged: the model still predicts, with its raw scores)."""
+    path = Path(model_dir) / CALIBRATION_FILE
+    if not path.is_file():
+        return Calibration()
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        temperature = float(saved.get("temperature", 1.0)) if saved.get("applied") else 1.0
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature {temperature} is not a positive number")
+        thresholds = {str(k): float(v) for k, v in (saved.get("thresholds") or {}).items()} or None
+        positive = saved.get("positive_threshold") or {}
+        return Calibration(temperature, bool(saved.get("applied")), thresholds,
+                           str(positive["label"]) if positive else None,
+                           float(positive["threshold"]) if positive else None)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("unreadable %s (%s): the model predicts with its raw scores", path, exc)
+        return Calibration()
+
+
+def apply_calibration(logits: np.ndarray, labels: Sequence[str], multi_label: bool,
+                      calibration: Calibration) -> tuple[np.ndarray, list[Any]]:
+    """The probabilities of ``logits`` with the run's temperature, and each row's decision: its class name
+    (the positive class from its threshold, else the most probable), or for a multi-label model the
+    names of the classes at or above their thresholds."""
+    probs = class_probabilities(np.asarray(logits, dtype=np.float64) / calibration.temperature, multi_label)
+    if multi_label:
+        cut = np.asarray([(calibration.thresholds or {}).get(name, MULTI_LABEL_THRESHOLD) for name in labels])
+        return probs, [[name for name, on in zip(labels, row) if on] for row in probs >= cut]
+    decided = probs.argmax(-1)
+    if calibration.positive_threshold is not None and calibration.positive in labels and len(labels) == 2:
+        positive = list(labels).index(calibration.positive)
+        decided = np.where(probs[:, positive] >= calibration.positive_threshold, positive, 1 - positive)
+    return probs, [labels[int(i)] for i in decided]
 
 
 def rows_per_pass(length: int, floats_per_token: int, budget: Optional[int] = None) -> int:

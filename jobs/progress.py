@@ -5,6 +5,7 @@ passes one that writes to the database, tests pass ``RecordingReporter``.
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping, Optional, Protocol
 
 
@@ -36,6 +37,22 @@ def report_phase(reporter, name: str, done: Optional[int] = None, total: Optiona
     method = getattr(reporter, "phase", None)
     if callable(method):
         method(name, done, total)
+
+
+def machine_load() -> Optional[float]:
+    """The machine's 1-minute load average per CPU, or None where the system keeps none. A run records
+    it (``metrics["machine"]["load_per_cpu"]``) so that a run measured on a busy machine calibrates later
+    estimates fairly."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return None
+
+
+def mean_load(*samples: Optional[float]) -> Optional[float]:
+    """The mean of the load samples taken (None when none could be)."""
+    taken = [s for s in samples if s is not None]
+    return round(sum(taken) / len(taken), 2) if taken else None
 
 
 class Cancelled(Exception):

@@ -16,6 +16,10 @@ from jobs.spec_fields import Field, check_fields, refuse_unknown, show
 from storage.errors import ConfigError
 
 SPEC_VERSION = 1
+# text classification: when a run's temperature scaling is applied, and the targets of a binary run's
+# positive-class threshold (jobs.calibration); kept here so that reading a spec loads no numpy
+CALIBRATE_CHOICES = ("auto", "on", "off")
+THRESHOLD_TARGETS = ("best_f1", "precision>=0.9", "recall>=0.9")
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")
 # "bert-pretraining" (MLM + NSP) is an objective of the masked-lm task, see DataSpec/TrainSpec.objective.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -92,6 +96,12 @@ class TrainSpec:
     # Text classification: fine-tune the encoder with a classification head, or SetFit (contrastive
     # pairs + a logistic-regression head); "auto" picks SetFit below 25 examples per class.
     method: str = "auto"  # auto | finetune | setfit
+    # Text classification: temperature scaling fitted on the validation split (jobs.calibration) and stored
+    # with the model; "auto" applies it where it lowers the validation ECE, "on" always, "off" never.
+    calibrate: str = "auto"  # auto | on | off
+    # Binary text classification: the positive class's decision threshold, chosen on the validation split
+    # for this target; "none" keeps the most probable class.
+    threshold: str = "none"  # none | best_f1 | precision>=0.9 | recall>=0.9
 
 
 @dataclasses.dataclass
@@ -169,6 +179,8 @@ TRAIN_FIELDS: dict[str, Field] = {
     "precision": Field("choice", choices=("auto", "fp32", "fp16", "bf16")),
     "select_by": Field("choice", choices=("auto", "metric", "loss", "last")),
     "method": Field("choice", choices=METHODS),
+    "calibrate": Field("choice", choices=CALIBRATE_CHOICES),
+    "threshold": Field("choice", choices=("none", *THRESHOLD_TARGETS)),
 }
 LORA_FIELDS: dict[str, Field] = {
     "enabled": _BOOL,

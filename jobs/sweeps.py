@@ -49,7 +49,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs import queue
 from jobs.states import ACTIVE
-from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, format_params
+from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params
 from storage.db import Database
 from storage.errors import InvalidState
 from storage.models import (FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FAILED,
@@ -329,11 +329,15 @@ def _tell(study, number: int, run_status: str, metrics: Mapping[str, Any], metri
     log.info("trial %s: told %s", number, run_status)
 
 
+def trial_name(sweep_id: int, number: int) -> str:
+    """A trial run's name, ``sweep 3 #5``: short, so tables keep room for the parameters and metrics, which the
+    views show in their own columns; the Runs table's search for it lists the sweep's trials together."""
+    return f"sweep {sweep_id} #{number}"
+
+
 def _create_trial_run(wb: "Workbench", sweep_id: int, spec: SweepSpec, number: int,
                       params: Mapping[str, Any]) -> Created:
-    # "sweep 3 #5" first: the Runs table's search for it lists the sweep's trials together.
-    name = f"sweep {sweep_id} #{number}{' ' + spec.name if spec.name else ''}: {format_params(params)}"[:200]
-    run_spec = apply_params(spec.base, params, name=name)
+    run_spec = apply_params(spec.base, params, name=trial_name(sweep_id, number))
     try:
         queue.submit(wb.db, run_spec, wb.settings.runs_dir, sweep_id=sweep_id, trial_number=number)
         return Created.CREATED

@@ -65,6 +65,10 @@ class Dataset(Base):
 TRIAL_IN_BUDGET = ("sweep_id IS NULL OR (trial_number IS NOT NULL AND sweep_n_trials IS NOT NULL "
                    "AND trial_number >= 0 AND trial_number < sweep_n_trials)")
 
+# A grouped run names its seed (a NULL seed would slip past the unique index), an ungrouped one neither.
+SEED_GROUP_COMPLETE = ("(seed_group IS NULL AND group_seed IS NULL) OR "
+                       "(seed_group IS NOT NULL AND group_seed IS NOT NULL)")
+
 
 class Run(Base):
     __tablename__ = "runs"
@@ -116,6 +120,11 @@ class Run(Base):
     audit_id: Mapped[Optional[int]] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL",
                                                                name="fk_runs_audit_id"), nullable=True)
     fold: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Runs that differ only in their seed ("repeat with N seeds", a sweep trial confirmed with more seeds): the
+    # id of the group's first run, kept as a plain number so the group outlives a deleted first run, and a copy
+    # of each member's ``train.seed``. The unique index refuses the same seed twice in one group.
+    seed_group: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    group_seed: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
 
     dataset: Mapped[Optional[Dataset]] = relationship()
     points: Mapped[list["MetricPoint"]] = relationship(
@@ -134,6 +143,8 @@ class Run(Base):
         ForeignKeyConstraint(["sweep_id", "sweep_n_trials"], ["sweeps.id", "sweeps.n_trials"], ondelete="SET NULL",
                              name="fk_runs_sweep_budget"),
         CheckConstraint(TRIAL_IN_BUDGET, name="ck_runs_trial_in_budget"),
+        Index("ix_runs_seed_group", "seed_group", "group_seed", unique=True),
+        CheckConstraint(SEED_GROUP_COMPLETE, name="ck_runs_seed_group"),
     )
 
 

@@ -59,7 +59,8 @@ def test_past_runs_calibrate_train_evaluation_checkpoints_and_start_up(wb):
                             "evaluation": 25.0,  # 500 examples × 4 evaluations × (10 s / 400) × 0.5
                             "checkpoints": 6.0,  # 3 × 2 s
                             "fixed": 20.0}  # start-up 8 + saving 2 + process start 10
-    assert est["seconds"] == 126.0 and est["low"] == pytest.approx(113.4) and est["high"] == pytest.approx(151.2)
+    # one past run: ±30 % (tests/test_estimates_load.py has the range of several)
+    assert est["seconds"] == 126.0 and est["low"] == pytest.approx(96.9) and est["high"] == pytest.approx(163.8)
 
 
 def test_quick_is_estimated_on_the_examples_it_trains_on(wb):
@@ -77,9 +78,9 @@ def test_submit_stores_the_estimate_and_the_run_page_compares_it(wb):
     stored = runs_service.get_run(wb, run_id)["estimate"]
     assert stored["seconds"] == 126.0 and stored["calibrated"]
     assert fmt.estimate_vs_actual(stored, 130.0, "succeeded") == \
-        "estimated 1m 53s – 2m 31s · took 2m 10s (within the estimate)"
+        "estimated 1m 37s – 2m 44s · took 2m 10s (within the estimate)"
     assert fmt.estimate_vs_actual(stored, 720.0, "succeeded").endswith("took 12m 00s (5.7× the estimate)")
-    assert fmt.estimate_vs_actual(stored, 30.0, "running") == "estimated 1m 53s – 2m 31s · running for 30s"
+    assert fmt.estimate_vs_actual(stored, 30.0, "running") == "estimated 1m 37s – 2m 44s · running for 30s"
     assert fmt.estimate_vs_actual(None, 30.0, "succeeded") == ""
 
 

@@ -35,6 +35,7 @@ def tiny(tmp_path_factory):
 def _train(task: str, folder: Path, train: list[dict], validation: list[dict], model: Path, **train_kw) -> Path:
     """A finished run's output folder."""
     train_kw.setdefault("learning_rate", 1e-3)
+    train_kw.setdefault("calibrate", "off")  # compared with raw scores: the run's rows and transformers.pipeline
     spec = RunSpec(task=task, model=str(model),
                    data=DataSpec(train_path=write_jsonl(folder / "train.jsonl", train).as_posix(),
                                  validation_path=write_jsonl(folder / "validation.jsonl", validation).as_posix()),

@@ -173,8 +173,8 @@ def test_playground_routes_serve_no_workbench_file(site, client, tmp_path):
     csv.write_text("text,label\nconfidential row,a\n")
     uploaded = logged_in(server.url).post(f"{server.url}/gradio_api/upload",
                                           files={"files": ("private.csv", csv.read_bytes())}).json()[0]
-    (zip_update,) = raw_call(logged_in(server.url), server.url, "on_download", [run_id])
-    model_zip = zip_update["value"]["path"]
+    (zip_update,) = raw_call(logged_in(server.url), server.url, "on_download", [run_id, None])
+    model_zip = zip_update["path"]  # the button's new value: the zip as a file
     assert Path(model_zip).name.endswith("-model.zip") and Path(model_zip).is_file()
     http = anonymous()
     for path in (uploaded, model_zip, str(wb.settings.runs_dir / str(run_id) / "validation.jsonl"), "/etc/passwd"):

@@ -103,6 +103,16 @@ def test_sweep_runs_distinct_trials_at_its_parallelism_and_finds_the_best(qwb):
     assert len(sweeps.top_runs(qwb, sweep_id, 5)) == 5
 
 
+def test_trials_are_named_by_their_sweep_and_number(qwb):
+    sweep_id = sweeps.create_sweep(qwb, sweep_spec(qwb, name="named", parallelism=3))
+    with qwb.db.session() as session:
+        names = session.execute(select(Run.trial_number, Run.name, Run.spec).where(Run.sweep_id == sweep_id)
+                                .order_by(Run.trial_number)).all()
+    # Short: the parameters (and the sweep's own name) are in the views' columns, not in every trial's name.
+    assert [(n, name, spec["name"]) for n, name, spec in names] == [
+        (n, f"sweep {sweep_id} #{n}", f"sweep {sweep_id} #{n}") for n in range(3)]
+
+
 def test_pruner_stops_bad_trials_which_end_pruned_and_free_their_worker(qwb):
     # Trials 0-1 are good and complete; the later ones have a learning rate far from the best and
     # report a value below the median at their first evaluation.

@@ -113,3 +113,22 @@ def test_the_download_button_gets_the_zip_on_the_click_that_asks_for_it(wb, tmp_
     assert isinstance(runs_tab.download_value(wb, run_id, str(path)), type(gr.skip()))  # saved by this click
     with pytest.raises(gr.Error, match="Pick a run first"):
         runs_tab.download_value(wb, None, None)
+
+
+def test_the_metrics_tab_draws_calibration_and_the_tuned_thresholds():
+    """Issue 24: the reliability diagram and the precision-recall curve are pictures in the run details."""
+    from workbench.ui import runs_tab
+
+    assert runs_tab.score_pictures({"per_class": [{"label": "a", "f1": 0.5}]}) == ""  # nothing tuned: no picture
+    bins = [{"low": 0.5, "high": 0.6, "count": 10, "confidence": 0.55, "accuracy": 0.4},
+            {"low": 0.9, "high": 1.0, "count": 30, "confidence": 0.95, "accuracy": 0.8}]
+    tables = {"calibration": {"bins": bins, "bins_calibrated": bins, "ece": 0.15, "ece_calibrated": 0.05,
+                              "temperature": 1.7, "applied": True},
+              "precision_recall": {"positive": "spam", "target": "best_f1", "threshold": 0.3,
+                                   "points": [{"threshold": 0.9, "precision": 1.0, "recall": 0.2},
+                                              {"threshold": 0.3, "precision": 0.9, "recall": 0.8}]},
+              "per_class": [{"label": "ham", "threshold": 0.45}, {"label": "spam", "threshold": 0.3}]}
+    html = runs_tab.score_pictures(tables)
+    assert "Reliability diagram" in html and "temperature applied" in html and "ECE 0.15" in html
+    assert "Precision-recall" in html and "threshold 0.3" in html
+    assert "Decision thresholds tuned on validation: ham 0.45 · spam 0.30" in html

@@ -79,3 +79,35 @@ def test_value_vs_trial_keeps_the_best_so_far_by_direction():
     frame = sweep_plots.value_vs_trial_frame(sweep)
     best = frame[frame["curve"] == "best so far"]
     assert list(best["step"]) == [0, 2, 3] and list(best["value"]) == [5.0, 5.0, 3.0]
+
+
+def test_a_running_sweep_says_how_long_it_still_needs(wb, tmp_path, monkeypatch):
+    """Issue 25: a sweep waited 10 minutes with no word; the view says the time left, or why it cannot."""
+    from jobs import queue
+    from storage.models import Run
+    from workbench.services import estimates
+
+    spec = sweep_tab.spec_from_form(base_json(wb, tmp_path), "learning_rate: {low: 1.0e-6, high: 1.0e-2, log: true}\n",
+                                    4, 2, "median", "", "", "ui")
+    sweep_id = sweeps.create_sweep(wb, spec)
+    assert "Time left: unknown" in sweep_tab.view_values(wb, sweep_id)[0]  # no worker: no start time
+    queue.register_worker(wb.db, "w1", 2, "")
+    with wb.db.session() as session:
+        for run in session.query(Run).filter(Run.sweep_id == sweep_id):
+            run.estimate = {"seconds": 300.0, "low": 250.0, "high": 350.0}
+    asked = []
+
+    def rest(wb_, base, n_trials, parallelism, pruner, workers=1):
+        asked.append((n_trials, parallelism, pruner, workers))
+        return {"wall_seconds": 600.0}
+
+    monkeypatch.setattr(estimates, "estimate_sweep", rest)
+    left = sweeps.time_left(wb, sweeps.get_sweep(wb, sweep_id))
+    # two trials on two slots end in 5 min; the two not asked yet, as estimate_sweep expects them, take 10 more
+    assert left == {"seconds": 900.0, "active": 2, "to_ask": 2}
+    assert asked == [(2, 2, "median", 2)]
+    progress = sweep_tab.view_values(wb, sweep_id)[0]
+    assert "Time left: **about 15 min** (2 trial(s) queued or running, then 2 trial(s) not started yet" in progress
+    sweeps.cancel_sweep(wb, sweep_id)
+    assert sweeps.time_left(wb, sweeps.get_sweep(wb, sweep_id)) is None
+    assert "Time left" not in sweep_tab.view_values(wb, sweep_id)[0]

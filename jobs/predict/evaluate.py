@@ -8,8 +8,8 @@ The test set goes through the very code the engine runs for a run's validation s
 and the run's own hyper-parameters (max length, doc stride, multi-label, masking seed...). So a run
 evaluated on its own validation file gets exactly its validation metrics, and ``output_dir`` receives
 what a training run writes for its validation split (``metrics.json``, ``tables.json``,
-``predictions.jsonl``): the run views (per-class tables, confusion matrix, error browser) read them
-unchanged. Each file is written under a temporary name and renamed, ``metrics.json`` last: a folder
+``predictions.jsonl``, ``outcomes.npz``): the run views (per-class tables, confusion matrix, error browser)
+read them unchanged. Each file is written under a temporary name and renamed, ``metrics.json`` last: a folder
 with ``metrics.json`` holds a finished evaluation.
 
 Labels the model never saw, by task:
@@ -359,7 +359,11 @@ def _setfit_logits(classifier, tokenizer, texts: list[str], max_length: int, bat
 
 def write_evaluation(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
     """``tables.json``, ``predictions.jsonl``, then ``metrics.json``: ``jobs.engine.write_outputs``'s format,
-    each file complete under a temporary name before it is renamed into place."""
+    each file complete under a temporary name before it is renamed into place. ``outcomes.npz`` comes first
+    and ``metrics`` gains its ``metrics_ci`` in place (``jobs.outcomes``)."""
+    from jobs.outcomes import save_outcomes
+
+    metrics.update(save_outcomes(output_dir, evaluation))
     _write_atomic(output_dir / "tables.json", [json.dumps(evaluation.tables, indent=2)])
     _write_atomic(output_dir / "predictions.jsonl",
                   (json.dumps(row, ensure_ascii=False) + "\n" for row in evaluation.predictions))

@@ -8,10 +8,11 @@ long rows never runs the device out of memory. Inputs are truncated to the run's
 length it was trained at, within the model's limit) and each truncated row is flagged.
 
 Per task (the result shapes are in ``jobs.predict.job``): text classification (single texts, pairs,
-multi-label, SetFit runs), token classification (free text split into words as the playground does, or
-pre-split CoNLL tokens tokenized as training tokenizes them), extractive QA (long contexts in overlapping
-windows, an empty answer where the null span beats every span) and masked LM (the top fills of each
-``[MASK]``, or the pseudo-perplexity of a text without one: each token masked in turn).
+multi-label, SetFit runs; with the run's temperature and decision thresholds, ``jobs.inference.Calibration``),
+token classification (free text split into words as the playground does, or pre-split CoNLL tokens
+tokenized as training tokenizes them), extractive QA (long contexts in overlapping windows, an empty answer
+where the null span beats every span) and masked LM (the top fills of each ``[MASK]``, or the
+pseudo-perplexity of a text without one: each token masked in turn).
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from jobs.inference import (MASK_PLACEHOLDER, MULTI_LABEL_THRESHOLD, PASS_FLOATS, QA_STRIDE, TOP_K, best_span,
-                            class_probabilities, floats_per_token, group_entities, join_tokens, pseudo_perplexity,
-                            replace_nth, rows_per_pass, softmax, split_words, top_fills, word_ids_from_offsets,
-                            word_labels)
+from jobs.inference import (MASK_PLACEHOLDER, PASS_FLOATS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
+                            best_span, floats_per_token, group_entities, join_tokens, load_calibration,
+                            pseudo_perplexity, replace_nth, rows_per_pass, softmax, split_words, top_fills,
+                            word_ids_from_offsets, word_labels)
 from jobs.predict.inputs import MLM, QA, TEXT, TOKENS
 from jobs.predict.spec import ModelRef
 from jobs.setfit_method import is_setfit_model, load_classifier
@@ -122,6 +123,9 @@ class TorchPredictor:
         id2label = {int(k): v for k, v in (config.id2label or {}).items()}
         self.labels = tuple(id2label[i] for i in sorted(id2label)) if task in (TEXT, TOKENS) else ()
         self.multi_label = multi_label or config.problem_type == "multi_label_classification"
+        # the run's temperature and decision thresholds (jobs.inference.load_calibration)
+        self.calibration = load_calibration(model_dir) if task == TEXT else Calibration()
+        self.calibrated = self.calibration.calibrated
         outputs = getattr(config, "vocab_size", 0) if task == MLM else max(2, len(self.labels))
         self.floats_per_token = floats_per_token(config, outputs)
         self.batch_size = batch_size or (GPU_BATCH if device.startswith("cuda") else CPU_BATCH)
@@ -197,15 +201,13 @@ class TorchPredictor:
         enc = self._encode(texts, pairs)
         truncated = self._overflows(enc, texts, pairs)
         (logits,) = self._outputs(enc, "logits")
-        probs = class_probabilities(logits, self.multi_label)
+        probs, decided = apply_calibration(logits, self.labels, self.multi_label, self.calibration)
         out = []
-        for row_probs, cut in zip(probs, truncated):
+        for row_probs, label, cut in zip(probs, decided, truncated):
             scores = {name: float(p) for name, p in zip(self.labels, row_probs)}
-            top = int(np.argmax(row_probs))
-            label: Any = self.labels[top]
-            if self.multi_label:
-                label = [name for name, p in zip(self.labels, row_probs) if p >= MULTI_LABEL_THRESHOLD]
-            out.append({"label": label, "score": float(row_probs[top]), "scores": scores, "truncated": cut})
+            # the decided class's probability; a multi-label row's highest one
+            score = row_probs.max() if self.multi_label else row_probs[self.labels.index(label)]
+            out.append({"label": label, "score": float(score), "scores": scores, "truncated": cut})
         return out
 
     # ------------------------------------------------------------ token classification

@@ -172,4 +172,5 @@ def run_prediction(spec: PredictSpec, model: ModelRef, output_dir: Path, reporte
     predictor = load_predictor(model, device=device)
     result = predict_file(spec, predictor, output_dir, reporter, source=source)
     result["device"] = predictor.device
+    result["calibrated"] = predictor.calibrated  # the scores carry the run's temperature scaling
     return result

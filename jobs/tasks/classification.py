@@ -1,11 +1,14 @@
 """Text classification: single texts or pairs; binary, multi-class and multi-label.
 
 Multi-label uses one sigmoid per class (BCE loss, threshold 0.5). Optional class
-weights are applied by the engine's trainer through ``weighted_loss``.
+weights are applied by the engine's trainer through ``weighted_loss``. A run's final evaluation also
+fits a temperature and the decision thresholds (per class for multi-label; optionally the positive
+class's for binary) that its model predicts with (``calibrate``); the metrics at 0.5 stay the headline.
 """
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Optional, Sequence
 
 import numpy as np
@@ -13,6 +16,7 @@ import numpy as np
 from jobs.tasks.common import Evaluation, Prepared, keep_columns, model_uses_token_type_ids, read_jsonl, softmax
 from storage.errors import TrainingError
 
+log = logging.getLogger(__name__)
 MAIN_METRIC = "accuracy"
 REQUIRED = ("text", "label")
 THRESHOLD = 0.5
@@ -195,10 +199,109 @@ def build_model(path: str, prepared: Prepared, config):
 
 
 def evaluate(prepared: Prepared, predictions) -> Evaluation:
+    """The metrics, tables and rows of the model's predictions; a training run's final evaluation (the
+    engine sets ``prepared.extra["calibrate"]``) also fits the calibration stored with the model."""
     logits = predictions.predictions[0] if isinstance(predictions.predictions, tuple) else predictions.predictions
     multi = prepared.extra["multi_label"]
     metrics, tables = compute_metrics_arrays(logits, predictions.label_ids, prepared.labels, multi)
+    if prepared.extra.get("calibrate"):
+        found_metrics, found_tables = calibrate(logits, predictions.label_ids, prepared.labels, multi,
+                                                prepared.extra["calibrate"], prepared.extra.get("threshold", "none"))
+        metrics.update(found_metrics)
+        for entry, tuned in zip(tables["per_class"], found_tables.pop("per_class", ())):
+            entry.update(tuned)
+        tables.update(found_tables)
     return Evaluation(metrics, tables, prediction_rows(prepared.validation_records, logits, prepared.labels, multi))
+
+
+def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_label: bool, setting: str,
+              target: str = "none") -> tuple[dict, dict]:
+    """Temperature scaling, and the decision thresholds, fitted on the validation logits (``jobs.calibration``).
+
+    ``setting`` (``train.calibrate``): "auto" applies the temperature where it lowers the ECE (and the
+    fit found a minimum inside its range), "on" always, "off" never; the ECE before and after is reported
+    either way. Multi-label runs get per-class thresholds of best F1, tuned on the scores the model will
+    serve (scaled when the temperature is applied), with their metrics beside those at 0.5. A binary run
+    with a ``target`` (``train.threshold``) gets its positive class's threshold and the precision-recall
+    curve. ``tables["calibration"]["model"]`` is what ``model/calibration.json`` holds
+    (``jobs.inference.load_calibration`` reads it).
+    """
+    from jobs import calibration as cal
+
+    logits, labels = np.asarray(logits, dtype=np.float64), np.asarray(labels)
+    temperature = cal.fit_temperature(logits, labels, multi_label)
+    before, after = cal.probabilities(logits, multi_label), cal.probabilities(logits, multi_label, temperature)
+    ece, ece_calibrated = (cal.expected_calibration_error(p, labels, multi_label) for p in (before, after))
+    # at a bound of the search the validation split does not pin T down: it separates the classes perfectly
+    # and the NLL keeps falling as T -> 0, so "auto" would make the model near-certain of every answer
+    pinned = cal.T_LOW * 1.01 < temperature < cal.T_HIGH / 1.01
+    applied = setting == "on" or (setting == "auto" and pinned and ece_calibrated < ece)
+    if setting == "auto" and not pinned:
+        log.info("temperature scaling not applied: the fitted T %.3g is at the end of its range", temperature)
+    served = after if applied else before
+    saved: dict = {"temperature": round(temperature, 6), "applied": applied}
+    metrics = {"ece": round(ece, 6), "ece_calibrated": round(ece_calibrated, 6), "temperature": round(temperature, 6)}
+    tables: dict = {"calibration": {"setting": setting, **saved, "ece": metrics["ece"],
+                                    "ece_calibrated": metrics["ece_calibrated"],
+                                    "bins": cal.reliability_bins(before, labels, multi_label),
+                                    "bins_calibrated": cal.reliability_bins(after, labels, multi_label)}}
+    if multi_label:
+        thresholds, tuned_metrics, tables["per_class"] = multi_label_thresholds(served, labels.astype(int))
+        saved["thresholds"] = dict(zip(names, thresholds))
+        metrics.update(tuned_metrics)
+    elif target != "none" and len(names) == 2:
+        found = positive_class_threshold(served, labels, names, target)
+        metrics.update(found.pop("metrics"))
+        tables["precision_recall"] = found
+        if found["threshold"] is not None:
+            saved["positive_threshold"] = {"label": found["positive"], "threshold": found["threshold"],
+                                           "target": target}
+    elif target != "none":
+        log.info("train.threshold %s is for binary classification; this run has %d classes", target, len(names))
+    tables["calibration"]["model"] = saved
+    return metrics, tables
+
+
+def multi_label_thresholds(probs: np.ndarray, gold: np.ndarray) -> tuple[list[float], dict, list[dict]]:
+    """Per-class thresholds of best F1 (``jobs.calibration.tune_thresholds``), the metrics at them, and per
+    class its threshold and F1 there (merged into the ``per_class`` table)."""
+    from sklearn.metrics import f1_score
+
+    from jobs import calibration as cal
+
+    thresholds = cal.tune_thresholds(probs, gold)
+    tuned = cal.decide_multi_label(probs, thresholds)
+    metrics = {"f1_macro_tuned": float(f1_score(gold, tuned, average="macro", zero_division=0)),
+               "f1_micro_tuned": float(f1_score(gold, tuned, average="micro", zero_division=0)),
+               "accuracy_tuned": float((tuned == gold).all(axis=1).mean())}
+    per_class = f1_score(gold, tuned, average=None, zero_division=0)
+    return thresholds, metrics, [{"threshold": t, "f1_tuned": float(f)} for t, f in zip(thresholds, per_class)]
+
+
+def positive_class_threshold(probs: np.ndarray, labels: np.ndarray, names: list[str], target: str) -> dict:
+    """The binary run's positive class (the rarer one in validation; the second on a tie), its threshold for
+    ``target`` and the precision-recall curve; with the positive class's metrics at that threshold."""
+    from jobs import calibration as cal
+
+    counts = np.bincount(labels.astype(int), minlength=2)
+    positive = 0 if counts[0] < counts[1] else 1
+    gold, scores = (labels.astype(int) == positive).astype(int), probs[:, positive]
+    threshold = cal.positive_threshold(scores, gold, target)
+    found: dict = {"positive": names[positive], "target": target,
+                   "threshold": None if threshold is None else round(threshold, 6),
+                   "points": cal.precision_recall_curve(scores, gold), "metrics": {}}
+    if threshold is None:
+        log.warning("no threshold reaches %s on the validation split: the most probable class decides", target)
+        return found
+    decided = scores >= found["threshold"]  # as the stored (rounded) threshold decides
+    tp, fp = int((decided & (gold == 1)).sum()), int((decided & (gold == 0)).sum())
+    fn = int(gold.sum()) - tp
+    found["metrics"] = {"positive_threshold": found["threshold"],
+                        "precision_tuned": tp / (tp + fp) if tp + fp else 0.0,
+                        "recall_tuned": tp / (tp + fn) if tp + fn else 0.0,
+                        "f1_tuned": 2 * tp / (2 * tp + fp + fn) if tp else 0.0,
+                        "accuracy_tuned": float((decided == (gold == 1)).mean())}
+    return found
 
 
 def predict_heldout(trainer, prepared: Prepared, records: list[dict]) -> dict:

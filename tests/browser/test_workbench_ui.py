@@ -257,7 +257,7 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
     page.locator("#compare-go").click()
     wait_text(page, "#compare-diff", "train.learning_rate")
     text = page.locator("#compare-diff").inner_text()
-    assert "0.0003" in text and "name" in text
+    assert "3e-04" in text and "name" in text
     assert "train.seed" not in text  # only what differs
     page.locator("#compare-plot polyline.wb-curve").nth(1).wait_for(state="attached")  # one line per run
     wait_text(page, "#compare-metrics", "accuracy")
@@ -498,4 +498,4 @@ def test_pos_run_has_per_tag_scores_and_compare_shows_the_chosen_values(server, 
     page.locator("#compare-go").click()
     wait_text(page, "#compare-diff", "train.learning_rate")
     diff = page.locator("#compare-diff").inner_text()
-    assert "0.0001 (automatic)" in diff and "0.0003" in diff, diff  # token classification, small model: 1e-4
+    assert "1e-04 (automatic)" in diff and "3e-04" in diff, diff  # token classification, small model: 1e-4

@@ -1,7 +1,9 @@
-"""`workbench runs list|show|cancel|retry|logs`: the queue from a terminal or a script.
+"""`workbench runs list|show|compare|cancel|retry|logs`: the queue from a terminal or a script.
 
-The JSON output is a contract scripts depend on (see the README, "CLI contract"): `runs show --json`
-always has `id`, `status`, `progress` (0..1), `metrics` and `error`.
+The JSON output is a contract scripts depend on (see docs/cli.md, "CLI contract"): `runs show --json`
+always has `id`, `status`, `progress` (0..1), `metrics`, `metrics_ci` (per headline metric its 95 %
+bootstrap `low`/`high`, `{}` without per-example outcomes) and `error`; a queued run also has `queue`
+(`position`, `ahead`, `after`, `expected_start_seconds`, `workers`, `unknown`).
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import typer
 from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 from storage.context import open_workbench
-from workbench.cli import emit, id_argument, runs_app
+from workbench.cli import emit, id_argument, parse_id, runs_app
 from storage.models import KIND_TRAIN
+from workbench.services import comparisons
 from workbench.services import predictions as predictions_service
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -58,6 +61,10 @@ def show(run_id: int = id_argument("run"),
         run = runs_service.get_run(wb, run_id)
         if run["kind"] != KIND_TRAIN:
             run["outputs"] = [str(p) for p in predictions_service.job_outputs(wb, run_id)]
+        if run["status"] == "queued":
+            run["queue"] = runs_service.queue_position(wb, run_id)
+        if run.get("seed_group") is not None:
+            run["group"] = runs_service.group_summary(wb, run["seed_group"])
     if run["kind"] == KIND_TRAIN:
         lines = [f"run {run['id']}: {run['status']} ({run['progress'] * 100:.1f}%, "
                  f"step {run['step']}/{run['total_steps']})"]
@@ -68,17 +75,66 @@ def show(run_id: int = id_argument("run"),
     phase = fmt.phase_text(run)
     if phase:
         lines.append(f"now: {phase}")
-    timing = fmt.estimate_line(run)
+    if run.get("queue"):
+        lines.append(f"queue: {fmt.queue_text(run['queue'])}")
+    timing = fmt.live_estimate_line(run)
     if timing:
         lines.append(f"time: {timing}")
-    lines += [f"  {k}: {v}" for k, v in sorted(run["metrics"].items()) if k not in ("baselines", "verdict")]
+    if run.get("group"):
+        lines.append(fmt.seed_group_text(run["group"]))
+    intervals = run["metrics"].get("metrics_ci") or {}
+    lines += [f"  {k}: {v}{_interval_text(intervals.get(k))}" for k, v in sorted(run["metrics"].items())
+              if k not in ("baselines", "verdict", "metrics_ci")]
     if baselines.summary(run["metrics"]):
         lines.append(f"baselines on the same validation split: {baselines.summary(run['metrics'])}")
     if baselines.warning(run["metrics"]):
         lines.append(f"warning: this run {baselines.warning(run['metrics'])}")
     if run["error"]:
         lines.append(f"error: {run['error']}")
+    run["metrics_ci"] = intervals
     emit(run, as_json, "\n".join(lines))
+
+
+def _interval_text(interval: Optional[dict]) -> str:
+    """`` [0.901, 0.923] (95 % bootstrap)`` after a metric that has an interval, else nothing."""
+    if not interval:
+        return ""
+    return f" [{interval['low']:.4g}, {interval['high']:.4g}] ({interval['level'] * 100:g} % bootstrap)"
+
+
+@runs_app.command()
+def compare(a: int = id_argument("run", "Run A."), b: int = id_argument("run", "Run B, compared with A."),
+            more: Optional[list[int]] = typer.Argument(None, metavar="ID",
+                                                       help="More runs: rank them all and mark those not "
+                                                            "distinguishable from the best."),
+            metric: Optional[str] = typer.Option(None, help="The metric to compare (default: the task's "
+                                                            "headline metric)."),
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Paired comparison of runs evaluated on the same examples: B − A with its 95 % bootstrap interval."""
+    with open_workbench() as wb:
+        if more:
+            ids = [a, b, *(parse_id("run", str(run_id)) for run_id in more)]
+            rows = comparisons.rank_runs(wb, ids, metric)
+            emit(rows, as_json, "\n".join(_rank_line(row) for row in rows))
+            return
+        found = comparisons.compare_runs(wb, a, b, metric)
+    lines = [found["verdict"], f"  run {a}: {_score_text(found['a'])}", f"  run {b}: {_score_text(found['b'])}",
+             f"  difference (B − A): {found['difference']:+.4g} [{found['ci'][0]:+.4g}, {found['ci'][1]:+.4g}], "
+             f"p = {found['p_value']:.3g}, {found['examples']} examples paired"]
+    if "mcnemar" in found:
+        test = found["mcnemar"]
+        lines.append(f"  McNemar exact: {test['only_a']} right only in run {a}, {test['only_b']} only in run {b}, "
+                     f"p = {test['p_value']:.3g}")
+    emit(found, as_json, "\n".join(lines))
+
+
+def _score_text(score: dict) -> str:
+    return f"{score['value']:.4g} [{score['ci'][0]:.4g}, {score['ci'][1]:.4g}]"
+
+
+def _rank_line(row: dict) -> str:
+    mark = "best or not distinguishable from it" if row["with_best"] else "worse than the best"
+    return f"run {row['run']}: {_score_text(row)}  {mark}"
 
 
 def _job_lines(run: dict) -> list[str]:

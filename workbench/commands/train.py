@@ -110,6 +110,8 @@ def train(
                                         help="Data-parallel processes on a CPU worker (default: the worker's "
                                              "--procs / WORKBENCH_CPU_PROCS); --batch-size is per process."),
     config: Optional[Path] = typer.Option(None, help="A YAML run spec; flags override it."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="Queue a seed group of N runs (2-10) that differ "
+                                                              "only in the seed: the spec's seed, +1, ..."),
     wait: bool = typer.Option(False, "--wait", help="Block until the run ends and print its final record."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}."),
 ) -> None:
@@ -117,10 +119,16 @@ def train(
     from storage.context import open_workbench
     from workbench.services import runs
 
+    if seeds is not None and wait:
+        raise ConfigError("--wait follows one run; drop it with --seeds and follow the group with "
+                          "`workbench runs show ID`")
     with open_workbench() as wb:
         spec = build_spec(wb, _load_config(config), task=task, data=data, eval_data=eval_data, model=model,
                           epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora,
                           procs=procs, method=method)
+        if seeds is not None:
+            _submit_group(wb, spec, seeds, as_json)
+            return
         run_id = runs.submit_run(wb, spec)
         estimate = runs.get_run(wb, run_id).get("estimate")
         if estimate and not as_json:
@@ -143,6 +151,18 @@ def train(
          + (f"\nerror: {record['error']}" if record["error"] else ""))
     if record["status"] != "succeeded":
         raise typer.Exit(1)
+
+
+def _submit_group(wb, spec, seeds: int, as_json: bool) -> None:
+    """``--seeds N``: queue the seed group and print its run ids (``{"ids", "group", "seeds"}`` with --json)."""
+    from workbench.services import runs
+
+    queued = runs.submit_seed_group(wb, spec, seeds)
+    emit({"ids": queued["ids"], "group": queued["group"], "seeds": queued["seeds"], "status": "queued"}, as_json,
+         "\n".join(map(str, queued["ids"])))
+    if not as_json:
+        typer.echo(f"seed group {queued['group']}: runs {', '.join(map(str, queued['ids']))} with seeds "
+                   f"{', '.join(map(str, queued['seeds']))}", err=True)
 
 
 def _wait(wb, run_id: int, runs) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from jobs.inference import (  # noqa: F401 - re-exported: the playground's names for the shared functions
-    MASK_PLACEHOLDER, PASS_FLOATS, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, best_span, floats_per_token, group_entities,
-    replace_nth, rows_per_pass, softmax, split_words, word_ids_from_offsets, word_labels)
+    MASK_PLACEHOLDER, PASS_FLOATS, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, Calibration, apply_calibration, best_span,
+    floats_per_token, group_entities, load_calibration, replace_nth, rows_per_pass, softmax, split_words,
+    word_ids_from_offsets, word_labels)
 from jobs.setfit_method import is_setfit_model, load_classifier
 from workbench.errors import ConfigError
 
@@ -173,12 +174,19 @@ class Predictor:
         self.doc_stride = min(doc_stride or QA_STRIDE, self.max_length // 3)
         self.id2label = {int(k): v for k, v in (config.id2label or {}).items()}
         self.multi_label = config.problem_type == "multi_label_classification"
+        # the run's temperature and decision thresholds (jobs.inference.load_calibration)
+        self.calibration = load_calibration(model_dir) if kind in (TEXT, PAIR) else Calibration()
         outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
         self.floats_per_token = floats_per_token(config, outputs)
         self._tok_lock = threading.Lock()
         self._twin_lock = threading.Lock()
         self._eager = None
         self._torch = torch
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the scores this predictor returns carry the run's temperature scaling."""
+        return self.calibration.calibrated
 
     @property
     def nbytes(self) -> int:
@@ -246,12 +254,17 @@ class Predictor:
         pairs = [i["text_pair"] for i in items] if self.kind == PAIR else None
         enc = self.encode(texts, pairs) if pairs else self.encode(texts)
         (logits,) = self._arrays(enc, "logits")
-        probs = 1 / (1 + np.exp(-logits)) if self.multi_label else softmax(logits)
+        names = [self.label(j) for j in range(logits.shape[-1])]
+        probs, decided = apply_calibration(logits, names, self.multi_label, self.calibration)
         out = []
-        for row in probs:
-            scores = {self.label(j): round(float(p), 6) for j, p in enumerate(row)}
-            top = int(np.argmax(row))
-            out.append({"label": self.label(top), "score": round(float(row[top]), 6), "scores": scores})
+        for row, decision in zip(probs, decided):
+            scores = {name: round(float(p), 6) for name, p in zip(names, row)}
+            if self.multi_label:  # "label" stays the most probable class; "labels" are the classes decided
+                top = int(np.argmax(row))
+                out.append({"label": names[top], "score": round(float(row[top]), 6), "scores": scores,
+                            "labels": decision})
+            else:
+                out.append({"label": decision, "score": scores[decision], "scores": scores})
         return out
 
     def _tokens(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:

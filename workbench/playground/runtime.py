@@ -80,7 +80,8 @@ class Playgrounds:
         return self.cache.get((str(target.model_dir), kind), load, estimate_bytes=folder_weight_bytes(target.model_dir))
 
     def predict(self, slug: str, raw: Any, token: Optional[str] = None, check: bool = True) -> dict[str, Any]:
-        """Validate, predict and time one request: ``{"predictions": [...], "latency_ms": ...}``.
+        """Validate, predict and time one request: ``{"predictions": [...], "calibrated": ..., "latency_ms": ...}``
+        (``calibrated``: the scores carry the run's temperature scaling).
 
         Order of checks: unknown slug (404), token (401), input shape (422), a free forward-pass
         slot (503), size after tokenization (422) — so a caller without the token learns nothing
@@ -90,8 +91,9 @@ class Playgrounds:
         target = self.target(slug, token, check)
         kind = self.kind(target)
         items, batch = normalize_inputs(kind, raw)
-        predictions = self.slots.run(self.predictor(target).predict, items)
-        return {"task": kind, "batch": batch, "predictions": predictions,
+        predictor = self.predictor(target)
+        predictions = self.slots.run(predictor.predict, items)
+        return {"task": kind, "batch": batch, "predictions": predictions, "calibrated": predictor.calibrated,
                 "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
     def attention(self, slug: str, raw: Any) -> AttentionMaps:

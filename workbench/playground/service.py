@@ -263,6 +263,7 @@ def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
             "train_examples": n_train,
             "validation_examples": n_val,
             "metrics": metrics,
+            "metrics_ci": raw.get("metrics_ci") or {},  # 95 % intervals of the scores (jobs.outcomes)
             # what the score means: the same split scored by a majority class and a TF-IDF model
             "baselines": baselines.summary(raw),
             "verdict": baselines.warning(raw),

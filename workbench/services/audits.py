@@ -129,7 +129,7 @@ def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DE
     # Check the data and the settings before anything is queued (as a run's submit does).
     first = _fold_spec(summary, 0, folds, model, preset, seed, lora, title, _audits_dir(wb), train)
     runs_service.submit_run_checks(wb, first)
-    estimate = runs_service.run_estimate(wb, first)
+    estimate = _fold_estimate(wb, first, len(pool), folds)
     with wb.db.session() as session:
         audit = Audit(name=title, dataset_id=summary.id, task=summary.task, spec=spec, folder="")
         session.add(audit)
@@ -153,6 +153,50 @@ def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DE
         audit_id = audit.id
     log.info("audit %s of dataset %s: %d examples in %d folds queued", audit_id, summary.id, len(pool), folds)
     return audit_id
+
+
+def estimate_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DEFAULT_MODEL,
+                   preset: str = "quick", lora: bool = False, train: Optional[Mapping[str, Any]] = None
+                   ) -> Optional[dict[str, Any]]:
+    """How long an audit would take before it is started: ``fold`` (one fold run's estimate, on the
+    (k-1)/k of the examples it trains on), ``seconds``/``low``/``high`` for all k fold runs one after
+    another, and ``wall_seconds``, the same spread over the live workers' slots (``workers``; 1 when
+    none runs yet). None when a fold's time cannot be estimated."""
+    from workbench.services import datasets as datasets_service
+    from workbench.services import runs as runs_service
+
+    summary = datasets_service.get_dataset(wb, dataset)
+    examples = int(summary.train or 0) + int(summary.validation or 0)
+    if not 2 <= folds <= MAX_FOLDS or examples < 2 * folds:
+        return None
+    spec = _fold_spec(summary, 0, folds, model, preset, 42, lora, "estimate", _audits_dir(wb), train or {})
+    fold = _fold_estimate(wb, spec, examples, folds)
+    if fold is None:
+        return None
+    slots = max(1, runs_service.worker_slots(wb))
+    rounds = -(-folds // slots)  # folds run side by side, slots at a time
+    return {"fold": fold, "folds": folds, "workers": slots, "seconds": round(folds * fold["seconds"], 1),
+            "low": round(folds * fold["low"], 1), "high": round(folds * fold["high"], 1),
+            "wall_seconds": round(rounds * fold["seconds"], 1)}
+
+
+def _fold_estimate(wb: Workbench, spec: RunSpec, examples: int, folds: int) -> Optional[dict[str, Any]]:
+    """One fold run's time: training on the other folds less the 10 % its engine holds out to pick a
+    checkpoint, evaluating on that 10 %, then predicting its own fold (at the cost of an evaluation)."""
+    from workbench.services import runs as runs_service
+
+    others = examples * (folds - 1) // folds
+    held_out = max(1, others // 10)
+    estimate = runs_service.run_estimate_for(wb, spec, n_train=others - held_out, n_validation=held_out)
+    if estimate is None:
+        return None
+    evaluated = estimate["validation_examples"] * estimate["evaluations"]
+    per_example = estimate["parts"]["evaluation"] / evaluated if evaluated else 0.0
+    predict = round(per_example * (examples - others), 1)
+    estimate["parts"]["prediction"] = predict
+    for key in ("seconds", "low", "high"):
+        estimate[key] = round(estimate[key] + predict, 1)
+    return estimate
 
 
 def _fold_spec(summary, fold: int, folds: int, model: str, preset: str, seed: int, lora: bool, title: str,
@@ -248,7 +292,13 @@ def get_audit(wb: Workbench, audit_id: int) -> dict[str, Any]:
     with wb.db.session() as session:
         audit = _require(session, audit_id)
         dataset = session.get(Dataset, audit.dataset_id) if audit.dataset_id else None
-        return _audit_dict(audit, _fold_runs(session, audit_id), dataset.name if dataset else None)
+        record = _audit_dict(audit, _fold_runs(session, audit_id), dataset.name if dataset else None)
+    if record["state"] == RUNNING:
+        from workbench.services import runs as runs_service
+
+        # until the last fold ends: the queue played forward (None when a fold ahead has no estimate)
+        record["time_left_seconds"] = runs_service.time_left(wb, [f["run_id"] for f in record["folds"]])
+    return record
 
 
 def list_audits(wb: Workbench, dataset: Optional[str] = None, limit: int = 100) -> list[dict[str, Any]]:

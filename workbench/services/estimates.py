@@ -4,9 +4,17 @@ A finished run's ``metrics`` hold the parts of its time (``jobs.engine``): optim
 throughput (``samples_per_second``), its evaluations, checkpoints, start-up and final
 evaluation. ``estimate_run`` takes the most recent succeeded runs of the same model, task
 and kind of device, scales their throughput by the tokens per example of each dataset,
-and adds up the new run's training, evaluations, checkpoints and fixed costs. The range
-spans the fastest and the slowest of those runs (machine load varies). Without such a run
-it falls back to the parameter-count heuristic of ``jobs.catalogue`` with a wide range.
+and adds up the new run's training, evaluations, checkpoints and fixed costs.
+
+Machine load varies (a shared machine ran one quick run 4× slower than the one before), so
+the figures are robust to one odd run: each past run is first scaled from the load it was
+measured under (``machine.load_per_cpu``, recorded by the engine) to the usual load of those runs,
+the point is the median of their costs and the range is the median spread of their totals
+around it (never under ±15 %, nor under ±30 % with one or two past runs), so one slow
+outlier does not widen it. ``sureness`` says so in words ("based on 3 past runs; ±15 %").
+Without such a run it falls back to the parameter-count heuristic of ``jobs.catalogue``
+with a wide range. ``estimate_sweep`` adds up a sweep's trials with the expected effect of
+pruning; an audit's folds are estimated in ``workbench.services.audits``.
 
 No gradio here: the Train tab shows the estimate, ``submit_run`` stores it on the run,
 and the run page compares it with the time the run really took.
@@ -29,7 +37,9 @@ from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 10  # the most recent comparable runs taken into account
-LOW, HIGH = 0.9, 1.2  # margins around the fastest and the slowest past run
+MIN_SPREAD = 1.15  # even past runs that agree leave ±15 % (the range is point / spread … point × spread)
+ONE_RUN_SPREAD = 1.3  # one or two past runs say little about how much runs vary
+PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
 HEURISTIC_LOW, HEURISTIC_HIGH = 0.5, 2.0  # the uncalibrated heuristic is off by up to 2x either way
 HEURISTIC_FIXED_SECONDS = 15.0  # loading the model and tokenizing, before any history exists
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step (forward + backward)
@@ -152,7 +162,9 @@ def _rates(metrics: dict[str, Any], mean_tokens: Optional[float]) -> dict[str, f
     per_checkpoint = (metrics.get("checkpoint_seconds") or 0.0) / checkpoints if checkpoints else 0.0
     fixed = ((metrics.get("setup_seconds") or 0.0) + (metrics.get("finish_seconds") or 0.0)
              + metrics.get("_outside", 0.0))
-    return {"train": train, "eval": per_eval, "checkpoint": per_checkpoint, "fixed": fixed}
+    load = metrics.get("_load_factor", 1.0)  # see _at_usual_load
+    return {"train": train * load, "eval": per_eval * load, "checkpoint": per_checkpoint * load,
+            "fixed": fixed * load}
 
 
 def _seconds(plan: dict[str, Any], rates: dict[str, float]) -> dict[str, float]:
@@ -181,11 +193,13 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     kind = expected_device(spec_device(wb))
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
-        rates = [_rates(m, mean_tokens) for m in history]
+        rates = [_rates(m, mean_tokens) for m in _at_usual_load(history)]
         parts = _seconds(plan, {k: statistics.median(r[k] for r in rates) for k in rates[0]})
-        totals = [sum(_seconds(plan, r).values()) for r in rates]
-        low, high = min(totals) * LOW, max(totals) * HIGH
+        spread = range_spread([sum(_seconds(plan, r).values()) for r in rates])
+        low, high = sum(parts.values()) / spread, sum(parts.values()) * spread
         basis = f"{len(history)} past run(s) of this model and task on this {kind.upper()}"
+        sureness = (f"based on {len(history)} past run{'s' if len(history) != 1 else ''}; "
+                    f"±{round((spread - 1) * 100)} %")
     else:
         train = catalogue.estimate_training(info.parameters, mean_tokens or DEFAULT_MEAN_TOKENS,
                                             plan["examples_seen"], 1.0)["seconds"]
@@ -195,13 +209,50 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
         total = sum(parts.values())
         low, high = total * HEURISTIC_LOW, total * HEURISTIC_HIGH
         basis = "no finished run of this model and task on this machine yet: a rough guess from the model size"
+        sureness = "rough guess: no past run; could be half or twice this"
     seconds = sum(parts.values())
     return {"seconds": round(seconds, 1), "low": round(min(low, seconds), 1), "high": round(max(high, seconds), 1),
-            "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "calibrated": bool(history),
+            "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "sureness": sureness,
+            "calibrated": bool(history),
             "runs": len(history), "device": kind, "examples_seen": plan["examples_seen"],
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
             "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"],
             "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
+
+
+def _at_usual_load(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Past runs with their costs scaled from the load each was measured under to the median load of
+    those that recorded one: a run slowed down by other work on the machine counts as a normal one.
+    A load under 1 per CPU counts as 1 (an idle machine is no faster than a fully used one), and runs
+    from before loads were recorded stay as they are."""
+    loads = [_load(m) for m in history if _load(m) is not None]
+    if not loads:
+        return history
+    usual = max(1.0, statistics.median(loads))
+    scaled = []
+    for metrics in history:
+        load = _load(metrics)
+        factor = usual / max(1.0, load) if load is not None else 1.0
+        scaled.append({**metrics, "_load_factor": factor})
+    return scaled
+
+
+def _load(metrics: dict[str, Any]) -> Optional[float]:
+    """The machine's load per CPU while the run ran (``jobs.engine``), or None."""
+    load = (metrics.get("machine") or {}).get("load_per_cpu")
+    return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
+
+
+def range_spread(totals: list[float]) -> float:
+    """How far (as a factor) the estimate may be off, from the past runs' totals for the new run: the
+    median distance of a total from the median one, on a log scale, so one outlier cannot widen it;
+    never under ``MIN_SPREAD``, nor under ``ONE_RUN_SPREAD`` with fewer than three runs."""
+    positive = [t for t in totals if t > 0]
+    if len(positive) < 2:
+        return ONE_RUN_SPREAD
+    middle = statistics.median(math.log(t) for t in positive)
+    spread = math.exp(statistics.median(abs(math.log(t) - middle) for t in positive))
+    return max(MIN_SPREAD if len(positive) >= 3 else ONE_RUN_SPREAD, spread)
 
 
 def spec_device(wb: Workbench) -> str:
@@ -218,3 +269,30 @@ def actual_seconds(run: dict[str, Any]) -> Optional[float]:
     parse = lambda v: v if isinstance(v, dt.datetime) else dt.datetime.fromisoformat(str(v).rstrip("Z"))  # noqa: E731
     return max(0.0, (parse(finished) - parse(started)).total_seconds())
 
+
+def estimate_sweep(wb: Workbench, base: RunSpec, n_trials: int, parallelism: int, pruner: str,
+                   workers: int = 1) -> Optional[dict[str, Any]]:
+    """How long a sweep of ``n_trials`` trials of ``base`` would take; None without a trial's estimate.
+
+    ``trial`` is one trial as estimated for the base spec (a searched epochs or model changes it);
+    ``seconds`` all trials run to the end; ``pruned_seconds`` what pruning is expected to leave, assuming
+    that after the pruner's start-up trials (``jobs.sweeps.make_pruner``) ``PRUNED_SHARE`` of the trials
+    stop at their first evaluation (none can stop early without an evaluation before the end); ``wall_seconds``
+    that work spread over ``parallelism`` trials at a time, as far as ``workers`` slots allow.
+    """
+    trial = estimate_run(wb, base)
+    if trial is None:
+        return None
+    full, parts = trial["seconds"], trial["parts"]
+    during = trial["evaluations"] - 1  # evaluations before the final one: where a trial can be pruned
+    startup = min(n_trials, max(2, parallelism))
+    prunable = pruner != "none" and during >= 1
+    stopped = (parts["fixed"] + (parts["train"] + parts["checkpoints"]) / during
+               + parts["evaluation"] / trial["evaluations"]) if prunable else full
+    pruned = (n_trials - startup) * PRUNED_SHARE if prunable else 0.0
+    expected = (n_trials - pruned) * full + pruned * stopped
+    at_once = max(1, min(parallelism, workers, n_trials))
+    return {"trial": trial, "n_trials": n_trials, "seconds": round(n_trials * full, 1),
+            "pruned_seconds": round(expected, 1), "prunable": prunable, "pruned_trials": pruned,
+            "stopped_seconds": round(stopped, 1), "startup_trials": startup, "at_once": at_once,
+            "wall_seconds": round(expected / at_once, 1)}

@@ -1,4 +1,4 @@
-"""Runs: submit, list, inspect, cancel, retry, clone, continue, delete, wait.
+"""Runs: submit, list, inspect, cancel, retry, clone, continue, repeat with other seeds, delete, wait.
 
 The functions the UI, the CLI and the tests call. They return plain dicts
 (JSON-ready) and raise ``workbench.errors``; no gradio here. The queue mechanics
@@ -7,15 +7,19 @@ The functions the UI, the CLI and the tests call. They return plain dicts
 from __future__ import annotations
 
 import copy
+import heapq
 import json
 import logging
 import datetime as dt
+import re
 import shutil
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from sqlalchemy import String, cast, func, or_, select
+from sqlalchemy import String, cast, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from jobs import baselines, queue
 from jobs.failures import log_tail
@@ -23,7 +27,8 @@ from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, TERMINAL
 from storage.context import Workbench
-from storage.models import KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, SUCCEEDED, Dataset, MetricPoint, Run
+from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SUCCEEDED, Dataset,
+                            MetricPoint, Run, Worker, utcnow)
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 from workbench.services.predictions import forget_input
 
@@ -33,7 +38,7 @@ log = logging.getLogger(__name__)
 _LIST_COLUMNS = (Run.id, Run.name, Run.kind, Run.parent_run_id, Run.status, Run.task, Run.model, Run.progress,
                  Run.step, Run.total_steps, Run.epoch, Run.eta_seconds, Run.phase, Run.phase_done, Run.phase_total,
                  Run.metrics, Run.error, Run.device, Run.attempts, Run.created_at, Run.started_at, Run.finished_at,
-                 Run.dataset_id, Run.sweep_id, Run.trial_number)
+                 Run.dataset_id, Run.sweep_id, Run.trial_number, Run.estimate)
 _ORDERS = {"created_at": Run.created_at, "id": Run.id, "status": Run.status, "model": Run.model,
            "task": Run.task, "finished_at": Run.finished_at, "progress": Run.progress, "sweep": Run.sweep_id}
 # "sweep" groups: a sweep's trials together in trial order, newest sweep first, runs of no sweep after.
@@ -91,10 +96,16 @@ def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
 
 def run_estimate(wb: Workbench, spec: RunSpec) -> Optional[dict[str, Any]]:
     """The time estimate stored with a new run; an estimate that cannot be made never blocks a submit."""
+    return run_estimate_for(wb, spec)
+
+
+def run_estimate_for(wb: Workbench, spec: RunSpec, **sizes: Any) -> Optional[dict[str, Any]]:
+    """``run_estimate`` on data of other sizes than the spec's dataset (``n_train``, ``n_validation``: an
+    audit's fold trains on part of it); None when it cannot be made."""
     from workbench.services import estimates
 
     try:
-        return estimates.estimate_run(wb, spec)
+        return estimates.estimate_run(wb, spec, **sizes)
     except Exception:  # noqa: BLE001 - the run matters more than its estimate
         log.warning("no time estimate for the new run", exc_info=True)
         return None
@@ -306,6 +317,124 @@ def wait_for_run(wb: Workbench, run_id: int, timeout: Optional[float] = None, po
         time.sleep(poll)
 
 
+def queue_positions(wb: Workbench, now: Optional[dt.datetime] = None) -> dict[int, dict[str, Any]]:
+    """Where each queued run stands: ``{run_id: {"position", "ahead", "after", "expected_start_seconds",
+    "workers", "unknown"}}``.
+
+    ``position`` counts from 1 in the order workers claim runs (``jobs.queue.claim``: priority, then id);
+    ``ahead`` lists the running and queued runs before it. The expected start plays the queue forward on
+    the live workers' slots: a running run frees its slot after its live ETA (or its estimate less the
+    time it has run), a queued one holds a slot for its estimate; ``after`` is the run whose end frees the
+    slot this one takes. With no live worker, or a run ahead of it with no time at all, the start is None
+    and ``unknown`` says why, rather than a made-up figure.
+    """
+    return _play_queue(wb, now or utcnow())[0]
+
+
+def start_if_queued_now(wb: Workbench, now: Optional[dt.datetime] = None) -> dict[str, Any]:
+    """Where a run submitted now (priority 0) would stand: the same keys as one of ``queue_positions``."""
+    return _play_queue(wb, now or utcnow())[1]
+
+
+def _play_queue(wb: Workbench, now: dt.datetime) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """``queue_positions``, and the place of a run submitted now (after the queued runs of priority 0 or more)."""
+    workers = worker_slots(wb, now)
+    with wb.db.session() as session:
+        active = session.execute(select(Run.id, Run.status, Run.eta_seconds, Run.phase, Run.estimate,
+                                        Run.started_at).where(Run.status.in_((RUNNING, CANCELLING)))
+                                 .order_by(Run.started_at, Run.id)).all()
+        queued = session.execute(select(Run.id, Run.estimate, Run.priority).where(Run.status == QUEUED)
+                                 .order_by(Run.priority.desc(), Run.id)).all()
+    # (time the slot frees, the run that frees it, why that time is unknown)
+    slots: list[tuple[float, int, Optional[str]]] = []
+    for run in active:
+        left = _time_left(run, now)
+        slots.append((left if left is not None else float("inf"), run.id,
+                      None if left is not None else f"run {run.id} has no time estimate"))
+    slots += [(0.0, 0, None)] * max(0, workers - len(active))
+    heapq.heapify(slots)
+    found, ahead, new = {}, [run.id for run in active], None
+    for position, run in enumerate(queued, start=1):
+        if new is None and (run.priority or 0) < 0:
+            new = _place(slots[0] if slots else None, position, ahead, workers)
+        free_at, after, unknown = heapq.heappop(slots) if slots else (float("inf"), 0, None)
+        found[run.id] = _place((free_at, after, unknown), position, ahead, workers)
+        known = found[run.id]["expected_start_seconds"] is not None
+        unknown = found[run.id]["unknown"]
+        seconds = (run.estimate or {}).get("seconds")
+        if not known:
+            heapq.heappush(slots, (float("inf"), run.id, unknown))
+        elif seconds is None:
+            heapq.heappush(slots, (float("inf"), run.id, f"run {run.id} has no time estimate"))
+        else:
+            heapq.heappush(slots, (free_at + float(seconds), run.id, None))
+        ahead.append(run.id)
+    return found, new or _place(slots[0] if slots else None, len(queued) + 1, ahead, workers)
+
+
+def _place(slot: Optional[tuple[float, int, Optional[str]]], position: int, ahead: list[int],
+           workers: int) -> dict[str, Any]:
+    """One place in the queue, taking the earliest free ``slot`` (free at, freed by, why unknown)."""
+    free_at, after, unknown = slot or (float("inf"), 0, None)
+    if not workers:
+        unknown = "no worker is running"
+    known = unknown is None and free_at != float("inf")
+    return {"position": position, "ahead": list(ahead), "after": after or None,
+            "expected_start_seconds": round(free_at, 1) if known else None, "workers": workers,
+            "unknown": None if known else unknown}
+
+
+def worker_slots(wb: Workbench, now: Optional[dt.datetime] = None) -> int:
+    """How many runs the live workers (heard from in the last three heartbeats) execute at once."""
+    recent = (now or utcnow()) - dt.timedelta(seconds=max(15.0, 3 * wb.settings.heartbeat_seconds))
+    with wb.db.session() as session:
+        return int(session.scalar(select(func.coalesce(func.sum(Worker.max_jobs), 0))
+                                  .where(Worker.heartbeat_at >= recent)) or 0)
+
+
+def time_left(wb: Workbench, run_ids: list[int], now: Optional[dt.datetime] = None) -> Optional[float]:
+    """Seconds until the last of ``run_ids`` ends: a running one by its ``_time_left``, a queued one at its
+    expected start plus its estimate; 0 when none is left to run, None when one of them has no time."""
+    now = now or utcnow()
+    positions = queue_positions(wb, now)
+    with wb.db.session() as session:
+        runs = session.execute(select(Run.id, Run.status, Run.eta_seconds, Run.phase, Run.estimate, Run.started_at)
+                               .where(Run.id.in_(list(run_ids)))).all()
+    ends = [0.0]
+    for run in runs:
+        if run.status in (RUNNING, CANCELLING):
+            end = _time_left(run, now)
+        elif run.status == QUEUED:
+            start, seconds = (positions.get(run.id) or {}).get("expected_start_seconds"), \
+                (run.estimate or {}).get("seconds")
+            end = start + seconds if start is not None and seconds is not None else None
+        else:
+            continue
+        if end is None:
+            return None
+        ends.append(end)
+    return max(ends)
+
+
+def queue_position(wb: Workbench, run_id: int, now: Optional[dt.datetime] = None) -> Optional[dict[str, Any]]:
+    """``queue_positions`` for one run; None when it is not queued."""
+    return queue_positions(wb, now).get(run_id)
+
+
+def _time_left(run: Any, now: dt.datetime) -> Optional[float]:
+    """Seconds until a running run ends: its live ETA while it trains, else its estimate less the time it
+    has run (0 once it overran it); None when it has neither."""
+    if run.status == CANCELLING:
+        return 0.0
+    if run.eta_seconds is not None and run.phase in (None, "training"):
+        return max(0.0, float(run.eta_seconds))
+    seconds = (run.estimate or {}).get("seconds")
+    if seconds is None:
+        return None
+    elapsed = (now - run.started_at).total_seconds() if run.started_at else 0.0
+    return max(0.0, float(seconds) - elapsed)
+
+
 def read_run_tables(output_dir: str | Path) -> dict[str, Any]:
     """A finished run's ``tables.json`` (per-class scores, confusion matrix); ``{}`` when absent."""
     path = Path(output_dir) / "tables.json"
@@ -396,3 +525,132 @@ def _mark_quality(record: dict[str, Any], thresholds: Mapping[str, float]) -> No
             record["suspicious"] = any(i < len(score) and float(score[i]) >= thresholds.get(str(predicted[i]),
                                                                                             float("inf"))
                                        for i in words)
+
+
+# -- seed groups: runs that differ only in their seed ----------------------------------------------------------
+
+MIN_SEEDS, MAX_SEEDS = 2, 10
+_SEED_SUFFIX = re.compile(r" \(seed \d+\)$")
+
+
+def _check_seed_count(n: int) -> None:
+    if not MIN_SEEDS <= n <= MAX_SEEDS:
+        raise ConfigError(f"the number of seeds must be {MIN_SEEDS} to {MAX_SEEDS}, not {n}")
+
+
+def submit_seed_group(wb: Workbench, spec: RunSpec, n: int) -> dict[str, Any]:
+    """Queue ``n`` runs of ``spec`` with seeds ``spec.train.seed``, +1, ... as one seed group, named
+    "NAME (seed S)". Returns ``{"group", "ids", "seeds"}``; the group is the first run's id."""
+    _check_seed_count(n)
+    submit_run_checks(wb, spec)
+    seeds = [spec.train.seed + i for i in range(n)]
+    name = spec.name or spec.task
+    specs = [RunSpec.from_dict(_merge(spec.to_dict(), {"name": f"{name} (seed {seed})", "train": {"seed": seed}}))
+             for seed in seeds]
+    group, ids = _queue_group(wb, specs, group=None, parent_run_id=None)
+    return {"group": group, "ids": ids, "seeds": seeds}
+
+
+def repeat_with_seeds(wb: Workbench, run_id: int, n: int) -> dict[str, Any]:
+    """Bring run ``run_id``'s seed group up to ``n`` seeds: queue runs with its spec and the next seeds not in
+    the group yet (its seed + 1, + 2, ...), named "NAME (seed S)". A run in no group starts one (the group is
+    its id). Returns ``{"group", "ids", "seeds"}`` of the new runs; refused when the group has ``n`` already."""
+    queued = fill_seed_group(wb, run_id, n)
+    if not queued["ids"]:
+        raise InvalidState(f"run {run_id}'s seed group already has {n} or more seeds; ask for more than that")
+    return queued
+
+
+def fill_seed_group(wb: Workbench, run_id: int, n: int) -> dict[str, Any]:
+    """``repeat_with_seeds`` that queues nothing (``ids`` empty) when the group is already large enough: asking
+    twice for a sweep's top trials with N seeds confirms each of them once."""
+    _check_seed_count(n)
+    with wb.db.session() as session:
+        run = _require(session, run_id)
+        spec = _training_spec(run, "repeat")
+        group = run.seed_group
+        used = set(session.scalars(select(Run.group_seed).where(Run.seed_group == group))) if group else set()
+        name = _SEED_SUFFIX.sub("", run.name or f"run {run_id}")
+    seed = int(spec["train"]["seed"])
+    used.add(seed)
+    seeds: list[int] = []
+    candidate = seed
+    while len(used) + len(seeds) < n:
+        candidate += 1
+        if candidate not in used:
+            seeds.append(candidate)
+    specs = [RunSpec.from_dict(_merge(spec, {"name": f"{name} (seed {s})", "train": {"seed": s}})) for s in seeds]
+    if specs:
+        submit_run_checks(wb, specs[0])
+    group, ids = _queue_group(wb, specs, group=group or run_id, parent_run_id=run_id, first=(run_id, seed))
+    return {"group": group, "ids": ids, "seeds": seeds}
+
+
+def _queue_group(wb: Workbench, specs: list[RunSpec], *, group: Optional[int], parent_run_id: Optional[int],
+                 first: Optional[tuple[int, int]] = None) -> tuple[Optional[int], list[int]]:
+    """Insert the queued runs of one seed group in one transaction: all of them or, when a seed is in the group
+    already (two requests at once), none. ``group`` None: the first new run names the group. ``first``: (run,
+    seed) of an existing run that joins ``group`` if it is in none yet."""
+    estimate = run_estimate(wb, specs[0]) if specs else None
+    ids: list[int] = []
+    try:
+        with wb.db.session() as session:
+            if first is not None:
+                session.execute(update(Run).where(Run.id == first[0], Run.seed_group.is_(None))
+                                .values(seed_group=group, group_seed=first[1]))
+            for spec in specs:
+                run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
+                          dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, estimate=estimate,
+                          seed_group=group, group_seed=spec.train.seed if group is not None else None)
+                session.add(run)
+                session.flush()
+                if group is None:
+                    group = run.seed_group = run.id
+                    run.group_seed = spec.train.seed
+                run.output_dir = str(Path(wb.settings.runs_dir) / str(run.id))
+                ids.append(run.id)
+    except IntegrityError as exc:
+        raise InvalidState(f"seed group {group} already has one of the seeds "
+                           f"{', '.join(str(s.train.seed) for s in specs)} (queued meanwhile by another request); "
+                           "look at the group again") from exc
+    return group, ids
+
+
+def group_summaries(wb: Workbench, groups: list[int], metrics: Optional[tuple[str, ...]] = None
+                    ) -> dict[int, dict[str, Any]]:
+    """For each seed group: ``{"group", "ids", "members": [{"id", "seed", "status"}], "metrics", "mean", "std",
+    "n"}`` in one query. ``mean``/``std`` map each metric (``metrics``, default the task's headline ones) to
+    the mean and the sample standard deviation (n-1; None below two) over the succeeded members; ``n`` counts
+    those."""
+    from jobs.spec import HEADLINE_METRICS
+
+    if not groups:
+        return {}
+    with wb.db.session() as session:
+        rows = session.execute(select(Run.id, Run.seed_group, Run.group_seed, Run.status, Run.task, Run.metrics)
+                               .where(Run.seed_group.in_(list(groups))).order_by(Run.group_seed, Run.id)).all()
+    found: dict[int, list[Any]] = {}
+    for row in rows:
+        found.setdefault(row.seed_group, []).append(row)
+    out = {}
+    for group, members in found.items():
+        names = metrics or HEADLINE_METRICS.get(members[0].task, ())
+        finished = [m.metrics or {} for m in members if m.status == SUCCEEDED]
+        mean, std = {}, {}
+        for name in names:
+            values = [float(v[name]) for v in finished if isinstance(v.get(name), (int, float))]
+            if values:
+                mean[name] = statistics.fmean(values)
+                std[name] = statistics.stdev(values) if len(values) > 1 else None
+        out[group] = {"group": group, "ids": [m.id for m in members], "metrics": list(names),
+                      "members": [{"id": m.id, "seed": m.group_seed, "status": m.status} for m in members],
+                      "mean": mean, "std": std, "n": len(finished)}
+    return out
+
+
+def group_summary(wb: Workbench, group: int, metrics: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+    """``group_summaries`` of one group; ``NotFound`` when no run is in it."""
+    found = group_summaries(wb, [group], metrics)
+    if group not in found:
+        raise NotFound(f"seed group {group} has no runs")
+    return found[group]

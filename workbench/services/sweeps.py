@@ -15,11 +15,13 @@ from sqlalchemy import select, update
 
 from jobs import baselines, queue
 from jobs import sweeps as engine
-from jobs.sweep_spec import SweepSpec
+from jobs.spec import RunSpec
+from jobs.states import ACTIVE
+from jobs.sweep_spec import PARAMETERS, SweepSpec
 from storage.context import Workbench
 from storage.models import (CANCELLED, FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLING, SWEEP_RUNNING, Run,
                             Sweep, utcnow)
-from workbench.errors import InvalidState, NotFound
+from workbench.errors import ConfigError, InvalidState, NotFound
 
 log = logging.getLogger(__name__)
 # (study name, completed trial numbers) -> importances; a pure result, so a small bounded memo.
@@ -67,7 +69,7 @@ def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, 
     study = engine.load_study(storage, sweep.study_name, spec)
     with wb.db.session() as session:
         runs = {r.trial_number: r for r in session.execute(
-            select(Run.id, Run.trial_number, Run.status, Run.progress, Run.metrics, Run.error)
+            select(Run.id, Run.trial_number, Run.status, Run.progress, Run.metrics, Run.error, Run.seed_group)
             .where(Run.sweep_id == sweep.id)).all()}
     rows = []
     for trial in study.get_trials(deepcopy=False):
@@ -83,7 +85,7 @@ def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, 
                      "value": trial.value if trial.value is not None else metrics.get(spec.metric),
                      "last_reported": last, "steps_reported": len(intermediate),
                      "progress": float(run.progress or 0.0) if run else 0.0,
-                     "error": run.error if run else None,
+                     "error": run.error if run else None, "seed_group": run.seed_group if run else None,
                      # did the trial's model beat its baselines (jobs.baselines); "" before it finishes
                      "learned": baselines.status(metrics), "baseline": baselines.best(metrics)})
     return rows
@@ -118,6 +120,7 @@ def get_sweep(wb: Workbench, sweep_id: int) -> dict[str, Any]:
         sweep = _require(session, sweep_id)
     spec = SweepSpec.from_dict(sweep.spec)
     rows = _trial_rows(wb, sweep, spec)
+    _add_groups(wb, rows, spec.metric)
     counts = {"done": 0, "running": 0, "pruned": 0, "failed": 0}
     for row in rows:
         counts[_BUCKETS.get(row["state"], "running")] += 1
@@ -126,7 +129,7 @@ def get_sweep(wb: Workbench, sweep_id: int) -> dict[str, Any]:
             "n_trials": spec.n_trials, "parallelism": spec.parallelism, "pruner": spec.pruner,
             "created_at": _iso(sweep.created_at), "finished_at": _iso(sweep.finished_at),
             "counts": counts, "best": _best(rows, spec.direction), "trials": rows, "spec": spec.to_dict(),
-            "verdict": sweep_verdict(rows), "error": sweep.error}
+            "verdict": sweep_verdict(rows), "error": sweep.error, "ranking": ranking(rows, spec.direction)}
 
 
 def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:
@@ -143,6 +146,19 @@ def list_sweeps(wb: Workbench, limit: int = 100) -> list[dict[str, Any]]:
              "n_trials": s.spec.get("n_trials"), "parallelism": s.spec.get("parallelism"),
              "counts": trial_counts.get(s.id, {}), "created_at": _iso(s.created_at), "error": s.error}
             for s in sweeps]
+
+
+def searched_settings(wb: Workbench, sweep_ids: list[int]) -> dict[str, str]:
+    """The parameters these sweeps searched, in the order of their search spaces, each with the run-spec setting
+    it sets (``learning_rate`` -> ``train.learning_rate``): what a trial's name no longer carries."""
+    with wb.db.session() as session:
+        specs = list(session.scalars(select(Sweep.spec).where(Sweep.id.in_(sweep_ids)).order_by(Sweep.id)))
+    settings: dict[str, str] = {}
+    for spec in specs:
+        for name in (spec or {}).get("space") or {}:
+            section, key = PARAMETERS.get(name, (None, name))
+            settings.setdefault(name, f"{section}.{key}" if section else key)
+    return settings
 
 
 def cancel_sweep(wb: Workbench, sweep_id: int) -> str:
@@ -214,3 +230,77 @@ def param_importance(wb: Workbench, sweep_id: int) -> dict[str, float]:
         while len(_IMPORTANCE) > 64:
             _IMPORTANCE.pop(next(iter(_IMPORTANCE)))
     return dict(_IMPORTANCE[key])
+
+
+# -- confirming the best trials with more seeds ------------------------------------------------------------------
+
+def confirm_top(wb: Workbench, sweep_id: int, top: int = 3, seeds: int = 3) -> list[dict[str, Any]]:
+    """Queue more seeds of the sweep's ``top`` best completed trials, each grouped with its trial's run, until
+    each group has ``seeds`` seeds (a trial confirmed already queues nothing again). Returns per trial, best
+    first: ``{"trial", "run_id", "group", "ids", "seeds"}`` (the new runs and their seeds)."""
+    from workbench.services import runs as runs_service
+
+    if top < 1:
+        raise ConfigError(f"--top must be 1 or more, not {top}")
+    shown = get_sweep(wb, sweep_id)
+    run_ids = top_runs(wb, sweep_id, top)
+    if not run_ids:
+        raise NotFound(f"sweep {sweep_id} has no completed trial yet; confirm its best trials once some finished")
+    trials = {r["run_id"]: r["trial"] for r in shown["trials"]}
+    return [{"trial": trials.get(run_id), "run_id": run_id, **runs_service.fill_seed_group(wb, run_id, seeds)}
+            for run_id in run_ids]
+
+
+def _add_groups(wb: Workbench, rows: list[dict[str, Any]], metric: str) -> None:
+    """Each trial row gets ``group``: its seed group's ``{"ids", "mean", "std", "n"}`` on the sweep's metric
+    (None for a trial not confirmed with more seeds)."""
+    from workbench.services.runs import group_summaries
+
+    summaries = group_summaries(wb, sorted({r["seed_group"] for r in rows if r.get("seed_group") is not None}),
+                                (metric,))
+    for row in rows:
+        found = summaries.get(row.get("seed_group"))
+        row["group"] = None if found is None else {
+            "ids": found["ids"], "mean": found["mean"].get(metric), "std": found["std"].get(metric), "n": found["n"],
+            "members": found["members"]}
+
+
+def ranking(rows: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
+    """The completed trials best first: those confirmed with two or more finished seeds by their group's mean
+    (``std`` its spread), then the others by their single value. ``{"trial", "run_id", "value", "mean",
+    "std", "n", "confirmed"}``."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    confirmed, single = [], []
+    for row in rows:
+        group = row.get("group") or {}
+        if group.get("n", 0) >= 2 and isinstance(group.get("mean"), (int, float)):
+            confirmed.append({"trial": row["trial"], "run_id": row["run_id"], "value": row["value"],
+                              "mean": group["mean"], "std": group["std"], "n": group["n"], "confirmed": True})
+        elif row["optuna_state"] == "complete" and isinstance(row["value"], (int, float)):
+            single.append({"trial": row["trial"], "run_id": row["run_id"], "value": row["value"],
+                           "mean": row["value"], "std": None, "n": 1, "confirmed": False})
+    return (sorted(confirmed, key=lambda r: (sign * r["mean"], r["trial"]))
+            + sorted(single, key=lambda r: (sign * r["value"], r["trial"])))
+
+
+def time_left(wb: Workbench, sweep: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """How long a running sweep (``get_sweep``'s dict) still needs: its queued and running trials until the last
+    ends (``runs.time_left``), then the trials not asked yet as ``estimates.estimate_sweep`` expects them (pruning
+    included). ``{"seconds", "active", "to_ask"}``; None when the sweep is not running, or a trial has no time."""
+    from workbench.services import estimates
+    from workbench.services import runs as runs_service
+
+    if sweep["status"] != SWEEP_RUNNING:
+        return None
+    active = [t["run_id"] for t in sweep["trials"]
+              if t["run_id"] and (t["state"] in ACTIVE or t["state"] == QUEUED)]
+    seconds = runs_service.time_left(wb, active) if active else 0.0
+    to_ask = max(0, sweep["n_trials"] - len(sweep["trials"]))
+    if to_ask:
+        spec = SweepSpec.from_dict(sweep["spec"])
+        rest = estimates.estimate_sweep(wb, RunSpec.from_dict(spec.base), to_ask, spec.parallelism, spec.pruner,
+                                        workers=max(1, runs_service.worker_slots(wb)))
+        seconds = None if rest is None or seconds is None else seconds + rest["wall_seconds"]
+    if seconds is None:
+        return None
+    return {"seconds": round(seconds, 1), "active": len(active), "to_ask": to_ask}

@@ -71,6 +71,12 @@ def status_html(record: Optional[dict[str, Any]]) -> str:
             verdict = ""
         extra = (f"<p id='audit-held-out'>The fold models' held-out {what}: <b>{summary['held_out_accuracy']:.3f}</b>"
                  + (f" (baselines on the same folds: {html.escape(against)})" if against else "") + verdict + "</p>")
+    if record["state"] == audits.RUNNING and "time_left_seconds" in record:
+        left = record["time_left_seconds"]
+        extra = ("<p class='wb-muted' id='audit-time-left'>"
+                 + (f"All folds done in {fmt.rough_duration(left)} (the queue played forward on the live workers)"
+                    if left is not None else "Time left unknown: a fold or a run ahead of it has no estimate")
+                 + "</p>" + extra)
     return (f"<div id='audit-state' data-state='{record['state']}'>"
             f"<p><b>Audit {record['id']}</b> of {html.escape(str(record.get('dataset') or record['dataset_id']))}: "
             f"{html.escape(record['message'])}</p>"
@@ -187,6 +193,26 @@ def dataset_values(wb, dataset_id: str | None) -> tuple:
     return gr.update(choices=choices, value=choices[0][1]), gr.update(open=True)
 
 
+def start_estimate(wb, dataset_id: str | None, folds: Any, model: str | None, preset: str | None) -> str:
+    """Before an audit starts: how long all its folds would take, as markdown ("" without a dataset or an
+    estimate)."""
+    if not (dataset_id or "").strip():
+        return ""
+    try:
+        est = audits.estimate_audit(wb, dataset_id.strip(), folds=int(float(folds)), model=model or DEFAULT_MODEL,
+                                    preset=preset or "quick")
+    except (WorkbenchError, TypeError, ValueError):
+        return ""
+    if est is None:
+        return ""
+    fold, k = est["fold"], est["folds"]
+    side = (f"{est['workers']} at a time on the live workers: done in {fmt.rough_duration(est['wall_seconds'])}"
+            if est["workers"] > 1 else "one after another on one worker")
+    return (f"About **{fmt.rough_duration(est['seconds'])}** for all {k} folds ({fmt.format_duration(est['low'])} – "
+            f"{fmt.format_duration(est['high'])}): {k} fold runs of {fmt.estimate_range(fold)} each, training on "
+            f"{k - 1}/{k} of the examples; {side}. {fold.get('sureness', fold['basis']).capitalize()}.")
+
+
 @dataclasses.dataclass
 class AuditPanel:
     corrected_id: gr.Textbox  # the dataset the last save wrote (the app opens the Train tab on it)
@@ -203,6 +229,7 @@ class _Start:
     model: gr.Dropdown
     preset: gr.Radio
     button: gr.Button
+    estimate: gr.Markdown
 
 
 def _build_start() -> _Start:
@@ -214,8 +241,9 @@ def _build_start() -> _Start:
         model = gr.Dropdown(models, value=DEFAULT_MODEL, allow_custom_value=True, label="Model",
                             elem_id="audit-model")
         preset = gr.Radio(list(audits.PRESETS), value="quick", label="Preset of every fold run")
+    estimate = gr.Markdown(elem_id="audit-estimate", elem_classes=["wb-muted"])
     start = gr.Button("Find suspicious labels", variant="primary", elem_id="audit-start")
-    return _Start(folds, model, preset, start)
+    return _Start(folds, model, preset, start, estimate)
 
 
 @dataclasses.dataclass
@@ -395,6 +423,13 @@ def _wire_review(wb, selected_dataset: gr.Textbox, panel: gr.Accordion, start: _
         return gr.update(choices=audit_choices(wb, dataset_id), value=audit_id)
 
     start.button.click(on_start, [selected_dataset, start.folds, start.model, start.preset], [review.pick])
+
+    def on_settings(dataset_id, folds_, model_, preset_):
+        return start_estimate(wb, dataset_id, folds_, model_, preset_)
+
+    settings = [selected_dataset, start.folds, start.model, start.preset]
+    for control in settings:
+        control.change(on_settings, settings, [start.estimate], show_progress="hidden")
     return follow_dataset
 
 

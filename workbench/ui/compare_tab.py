@@ -1,4 +1,5 @@
-"""Compare tab: two or more runs side by side — metrics, overlaid curves, config diff, per-class scores."""
+"""Compare tab: two or more runs side by side — metrics with their intervals, whether their difference is
+real, overlaid curves, config diff, per-class scores."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +10,11 @@ import pandas as pd
 
 from jobs import baselines
 from workbench.errors import WorkbenchError
+from workbench.services import comparisons
 from workbench.services import datasets as data_service
 from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
+from workbench.services import sweeps as sweep_service
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.services.runs import read_run_tables
@@ -23,7 +26,7 @@ PICKER_LIMIT = 200
 def run_choices(wb) -> list[tuple[str, int]]:
     """The most recent runs for the picker (the picker is a search box; 200 is plenty to scroll)."""
     items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0))
-    return [fmt.run_choice(run) for run in items]
+    return [fmt.run_choice({**run, "name": fmt.short_run_name(run)}) for run in map(fmt.as_dict, items)]
 
 
 @dataclasses.dataclass
@@ -34,25 +37,28 @@ class Comparison:
     curves: dict[str, Any]
     curve_names: list[str]
     message: str
+    significance: str = ""  # "Is the difference real?": the paired comparison, or why there is none
 
 
 def compare(wb, run_ids: list[int]) -> Comparison:
     """Read the chosen runs through the runs service and line them up."""
     runs = [fmt.as_dict(runs_service.get_run(wb, int(r))) for r in run_ids]
-    labels = [f"#{r['id']} {fmt.run_name(r)}" for r in runs]
+    labels = [f"#{r['id']} {fmt.short_run_name(r)}" for r in runs]
+    # None in a spec means "the engine chooses": show what it chose once the run has recorded it.
+    resolved = [runs_service.read_run_hyperparameters(r.get("output_dir")) for r in runs]
+    diff_rows = [[key, *[diff_cell(key, v, hp) for v, hp in zip(values, resolved)]]
+                 for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
+    params = trial_parameters(wb, runs, diff_rows)
     metric_keys = quality_metrics(runs)
-    metrics = pd.DataFrame([[label, r.get("status"), fmt.model_name(r.get("model")), fmt.dataset_label(r),
-                             *[fmt.format_metric((r.get("metrics") or {}).get(k)) for k in metric_keys],
+    metrics = pd.DataFrame([[label, *[shown[i] for shown in params.values()], r.get("status"),
+                             fmt.model_name(r.get("model")), fmt.dataset_label(r),
+                             *[metric_cell(r.get("metrics"), k) for k in metric_keys],
                              baselines.summary(r.get("metrics")) or fmt.MISSING,
                              baselines.warning(r.get("metrics")) or ("beats the baselines"
                                                                      if baselines.summary(r.get("metrics")) else fmt.MISSING)]
-                            for label, r in zip(labels, runs)],
-                           columns=["Run", "Status", "Model", "Dataset", *metric_keys, "Baselines (same split)",
-                                    "Verdict"])
-    # None in a spec means "the engine chooses": show what it chose once the run has recorded it.
-    resolved = [runs_service.read_run_hyperparameters(r.get("output_dir")) for r in runs]
-    diff_rows = [[key, *[fmt.shown_setting(key, v, hp) for v, hp in zip(values, resolved)]]
-                 for key, values in fmt.config_diff([r.get("spec") or {} for r in runs])]
+                            for i, (label, r) in enumerate(zip(labels, runs))],
+                           columns=["Run", *params, "Status", "Model", "Dataset", *metric_keys,
+                                    "Baselines (same split)", "Verdict"])
     diff = pd.DataFrame(diff_rows, columns=["Setting", *labels])
     per_class = side_by_side(labels, [per_class_rows(read_run_tables(r["output_dir"]) if r.get("output_dir") else {})
                                       for r in runs])
@@ -60,7 +66,90 @@ def compare(wb, run_ids: list[int]) -> Comparison:
     message = f"{len(diff_rows)} setting(s) differ." if diff_rows else "The configurations are identical."
     warning = datasets_warning(runs)
     message = f"{warning}\n\n{message}" if warning else message
-    return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message)
+    return Comparison(metrics, diff, per_class, curves, plots.curve_names(curves.values()), message,
+                      significance(wb, [int(r["id"]) for r in runs], labels))
+
+
+def metric_cell(metrics: dict[str, Any] | None, key: str) -> str:
+    """A score with its 95 % interval where the run stored one (``0.912 ± 0.011``), else as it is."""
+    return fmt.metric_with_ci((metrics or {}).get(key), fmt.metric_ci(metrics, key))
+
+
+SIGNIFICANCE_TITLE = "#### Is the difference real?\n"
+
+
+def significance(wb, run_ids: list[int], labels: list[str] | None = None, pair: bool = True) -> str:
+    """The "Is the difference real?" block: for two runs the paired comparison's verdict with its numbers, for
+    more a ranking that marks the runs not distinguishable from the best. A run that cannot be compared
+    (still running, scored on other examples, saved no per-example results) is said here, in words.
+    ``labels`` name the runs in the ranking (``#4 lr 5e-5``), one per id; ``pair=False`` ranks two runs too
+    (evaluation jobs: a verdict sentence would name them by their job ids)."""
+    try:
+        if pair and len(run_ids) == 2:
+            return SIGNIFICANCE_TITLE + pair_markdown(comparisons.compare_runs(wb, *run_ids))
+        named = dict(zip(run_ids, labels or []))
+        return SIGNIFICANCE_TITLE + ranking_markdown(comparisons.rank_runs(wb, run_ids), named)
+    except WorkbenchError as exc:
+        return SIGNIFICANCE_TITLE + f"Cannot tell: {fmt.ui_message(exc)}"
+
+
+def pair_markdown(found: dict[str, Any]) -> str:
+    """``compare_runs``'s result: the verdict (the difference, its interval, its p-value) first, then each run's
+    score, how the two were paired and, for an accuracy, McNemar's exact test."""
+    metric, level = found["metric"], f"{found['level'] * 100:g} %"
+    verdict = found["verdict"][0].upper() + found["verdict"][1:]
+    scores = " · ".join(f"run {side['run']}: {fmt.metric_with_ci(side['value'], side['ci'])}"
+                        for side in (found["a"], found["b"]))
+    lines = [f"**{verdict}.**", "",
+             f"- {metric} ({level} CI): {scores}",
+             f"- the difference is a paired bootstrap: {found['resamples']:,} resamples of the same "
+             f"{found['examples']:,} examples, each scored by both runs"]
+    mcnemar = found.get("mcnemar")
+    if mcnemar:
+        lines.append(f"- McNemar's exact test: {mcnemar['only_a']} example(s) only run {found['a']['run']} got "
+                     f"right, {mcnemar['only_b']} only run {found['b']['run']}; "
+                     f"{fmt.p_value_text(mcnemar['p_value'])}")
+    return "\n".join(lines)
+
+
+def ranking_markdown(rows: list[dict[str, Any]], labels: dict[int, str] | None = None) -> str:
+    """``rank_runs``' rows, best first, as a table whose last column says how each run stands against the best."""
+    labels = labels or {}
+    lines = ["Each run against the best on the same examples (paired bootstrap, 95 % CI):", "",
+             "| Run | Score (95 % CI) | vs best |", "|---|---|---|"]
+    for index, row in enumerate(rows):
+        name = labels.get(row["run"], f"#{row['run']}").replace("|", "\\|")
+        lines.append(f"| {name} | {fmt.metric_with_ci(row['value'], row['ci'])} | {versus_best(index, row)} |")
+    return "\n".join(lines)
+
+
+def versus_best(index: int, row: dict[str, Any]) -> str:
+    """``best`` / ``not distinguishable`` / ``worse, p = 0.012`` for a ``rank_runs`` row (rows come best first)."""
+    if index == 0:
+        return "best"
+    if row["with_best"]:
+        return "not distinguishable"
+    return "worse" + (f", {fmt.p_value_text(row['p_value'])}" if row.get("p_value") is not None else "")
+
+
+def diff_cell(key: str, value: Any, resolved: dict[str, Any] | None) -> str:
+    """A config diff cell: ``fmt.shown_setting`` with numbers at 3 significant digits (``3.16e-05``)."""
+    def readable(v: Any) -> Any:
+        return fmt.param_value(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    return fmt.shown_setting(key, readable(value), {k: readable(v) for k, v in (resolved or {}).items()})
+
+
+def trial_parameters(wb, runs: list[dict[str, Any]], diff_rows: list[list[Any]]) -> dict[str, list[str]]:
+    """When sweep trials are compared: the parameters their sweeps searched that differ between the runs, each
+    with its config-diff cells (one per run), for columns of their own beside the run names. A searched model is
+    in the Model column already."""
+    sweep_ids = sorted({int(r["sweep_id"]) for r in runs if r.get("sweep_id") is not None})
+    if not sweep_ids:
+        return {}
+    differing = {row[0]: row[1:] for row in diff_rows}
+    return {name: differing[key] for name, key in sweep_service.searched_settings(wb, sweep_ids).items()
+            if key in differing and name != "model"}
 
 
 def _dataset_key(run: dict[str, Any]) -> tuple:
@@ -142,7 +231,7 @@ def compare_on_test_set(wb, dataset_id: str) -> TestSetComparison:
               for e in evaluations]
     keys = quality_metrics(evaluations)
     metrics = pd.DataFrame([[label, e.get("status"), fmt.model_name(e.get("model")),
-                             *[fmt.format_metric((e.get("metrics") or {}).get(k)) for k in keys]]
+                             *[metric_cell(e.get("metrics"), k) for k in keys]]
                             for label, e in zip(labels, evaluations)], columns=["Run", "Status", "Model", *keys])
     per_class = side_by_side(labels, [per_class_rows(read_run_tables(e["output_dir"]))
                                       if e.get("output_dir") and e.get("status") == "succeeded" else []
@@ -150,6 +239,10 @@ def compare_on_test_set(wb, dataset_id: str) -> TestSetComparison:
     message = (f"{len(evaluations)} evaluation(s) on this test set." if evaluations else
                "No run has been evaluated on this test set yet: pick runs above and press "
                "*Evaluate these runs on this test set*.")
+    finished = [(int(e["id"]), label) for e, label in zip(evaluations, labels) if e.get("status") == "succeeded"]
+    if len(finished) >= 2:  # the same examples by construction: ranked, named by their runs
+        ids, names = zip(*finished)
+        message += "\n\n" + significance(wb, list(ids), list(names), pair=False)
     return TestSetComparison(metrics, per_class, keys, {label: e.get("metrics") or {}
                                                          for label, e in zip(labels, evaluations)}, message)
 
@@ -201,6 +294,7 @@ class _Runs:
     go: gr.Button
     message: gr.Markdown
     metrics: gr.Dataframe
+    verdict: gr.Markdown
     diff: gr.Dataframe
     curve: gr.Dropdown
     overlay: gr.HTML
@@ -216,6 +310,7 @@ def _build_runs() -> _Runs:
         go = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-go")
     message = gr.Markdown(elem_id="compare-message")
     metrics = gr.Dataframe(label="Final metrics", interactive=False, elem_id="compare-metrics")
+    verdict = gr.Markdown(elem_id="compare-significance")
     with gr.Row():
         with gr.Column():
             diff = gr.Dataframe(label="Configuration: only what differs", interactive=False, wrap=True,
@@ -224,7 +319,7 @@ def _build_runs() -> _Runs:
             curve = gr.Dropdown([], label="Curve", elem_id="compare-curve")
             overlay = gr.HTML(elem_id="compare-plot")
     per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False)
-    return _Runs(picker, refresh, go, message, metrics, diff, curve, overlay, per_class, gr.State({}))
+    return _Runs(picker, refresh, go, message, metrics, verdict, diff, curve, overlay, per_class, gr.State({}))
 
 
 def _wire_runs(wb, runs: _Runs):
@@ -237,11 +332,11 @@ def _wire_runs(wb, runs: _Runs):
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
         first = result.curve_names[0] if result.curve_names else None
-        return (result.message, result.metrics, result.diff, result.per_class,
+        return (result.message, result.metrics, result.significance, result.diff, result.per_class,
                 gr.update(choices=result.curve_names, value=first), overlay_svg(result.curves, first), result.curves)
 
-    runs.go.click(on_compare, [runs.picker], [runs.message, runs.metrics, runs.diff, runs.per_class, runs.curve,
-                                              runs.overlay, runs.curves])
+    runs.go.click(on_compare, [runs.picker], [runs.message, runs.metrics, runs.verdict, runs.diff, runs.per_class,
+                                              runs.curve, runs.overlay, runs.curves])
     runs.curve.change(lambda name, curves: overlay_svg(curves or {}, name), [runs.curve, runs.curves],
                       [runs.overlay])
 

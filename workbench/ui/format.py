@@ -528,3 +528,217 @@ def dataset_label(run: Mapping[str, Any]) -> str:
     spec = run.get("spec") if isinstance(run.get("spec"), Mapping) else {}
     dataset_id = run.get("dataset_id") or (spec.get("data") or {}).get("dataset_id")
     return f"{name} ({dataset_id})" if dataset_id and str(dataset_id) != name else name
+
+
+def param_value(value: Any) -> str:
+    """A hyper-parameter as people read it: numbers at 3 significant digits (``3.16e-05``, ``0.01``, ``0.1``),
+    whole numbers whole (``16``), ``true``/``false``, text as it is, ``—`` for none."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or not isinstance(value, float):
+        return str(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    rounded = float(f"{value:.3g}")  # rounded first: 999.7 is 1000, not "1e+03"
+    if rounded != 0 and (abs(rounded) < 1e-3 or abs(rounded) >= 1e4):
+        mantissa, exponent = f"{rounded:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
+    return str(int(rounded)) if rounded.is_integer() else f"{rounded:.3g}"
+
+
+def params_text(params: Mapping[str, Any]) -> str:
+    """``learning_rate=3.16e-05, batch_size=16``: a trial's parameters on one line."""
+    return ", ".join(f"{name}={param_value(value)}" for name, value in params.items())
+
+
+def short_run_name(run: Mapping[str, Any]) -> str:
+    """A run's name, with a sweep's trial as ``sweep 3 #5`` whatever it was named when queued: trials of older
+    versions carried every parameter in their name, which the views now show in columns of their own."""
+    from jobs.sweeps import trial_name
+
+    if run.get("sweep_id") is not None and run.get("trial_number") is not None:
+        return trial_name(int(run["sweep_id"]), int(run["trial_number"]))
+    return run_name(run)
+
+
+def rough_duration(seconds: float | None) -> str:
+    """A time to plan with, not to the second: ``under a minute``, ``about 12 min``, ``about 2 h 05 min``."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return MISSING
+    if seconds < 60:
+        return "under a minute"
+    minutes = int(round(seconds / 60))
+    if minutes < 90:
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60:02d} min"
+
+
+def ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``22nd``."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def queue_text(queue: Mapping[str, Any] | None) -> str:
+    """Where a queued run stands (``workbench.services.runs.queue_positions``):
+    ``2nd in line · starts after run 1, in about 10 min``; "" without a position."""
+    if not queue:
+        return ""
+    line = f"{ordinal(int(queue['position']))} in line"
+    start = queue.get("expected_start_seconds")
+    if queue.get("unknown") == "no worker is running":
+        return f"{line} · no worker is running (start one: workbench worker)"
+    if start is None:
+        return f"{line} · start time unknown ({queue.get('unknown') or 'no estimate'})"
+    if start <= 0:
+        return f"{line} · starts as soon as a worker takes it"
+    after = f"after run {queue['after']}, " if queue.get("after") else ""
+    return f"{line} · starts {after}in {rough_duration(start)}"
+
+
+def queued_status(queue: Mapping[str, Any] | None) -> str:
+    """The status of a queued run with its place in the queue: ``◷ queued · 2nd in line · starts …``."""
+    text = queue_text(queue)
+    return status_label("queued") + (f" · {text}" if text else "")
+
+
+def time_left(run: Mapping[str, Any]) -> float | None:
+    """Seconds a training run still needs by its own measured speed: the live ETA of its steps plus its
+    final evaluation as estimated at submit; None before it has measured its speed, or after training."""
+    eta = run.get("eta_seconds")
+    if run.get("status") != "running" or not isinstance(eta, (int, float)) or run.get("phase") not in (
+            None, "", "training"):
+        return None
+    estimate = run.get("estimate") or {}
+    parts, evaluations = estimate.get("parts") or {}, estimate.get("evaluations") or 1
+    return float(eta) + float(parts.get("evaluation") or 0.0) / max(int(evaluations), 1)
+
+
+def live_verdict(run: Mapping[str, Any]) -> str:
+    """``running slower than estimated: about 12 min left`` when the run's own speed puts its end outside
+    the range estimated at submit (``faster``, likewise); "" while it is within it or cannot tell yet."""
+    from workbench.services.estimates import actual_seconds
+
+    estimate, left = run.get("estimate") or {}, time_left(run)
+    if left is None or not estimate.get("high"):
+        return ""
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    elapsed = actual_seconds({"started_at": run.get("started_at"), "finished_at": now}) or 0.0
+    if elapsed + left > estimate["high"]:
+        return f"running slower than estimated: {rough_duration(left)} left"
+    if elapsed + left < (estimate.get("low") or 0):
+        return f"running faster than estimated: {rough_duration(left)} left"
+    return ""
+
+
+def live_estimate_line(run: Mapping[str, Any]) -> str:
+    """``estimate_line`` and, once the run's own speed says it will end outside that estimate, the verdict."""
+    line, verdict = estimate_line(run), live_verdict(run)
+    return " · ".join(b for b in (line, verdict) if b)
+
+
+def mean_std_text(mean: float | None, std: float | None) -> str:
+    """``0.912 ± 0.006`` (the spread left out below two values), ``-`` with no value."""
+    if mean is None:
+        return "-"
+    return f"{mean:.3f}" + (f" ± {std:.3f}" if std is not None else "")
+
+
+def seed_group_text(group: Mapping[str, Any] | None) -> str:
+    """``seed group: accuracy mean 0.912 ± 0.006 over 3 seeds (1 still to finish)`` for a run's seed group
+    (``workbench.services.runs.group_summary``); "" for a run in none."""
+    if not group:
+        return ""
+    members = len(group.get("ids") or [])
+    waiting = sum(m.get("status") in ("queued", "running", "cancelling") for m in group.get("members") or [])
+    rest = f" ({waiting} still to finish)" if waiting else ""
+    metric = next((m for m in group.get("metrics") or [] if m in (group.get("mean") or {})), None)
+    if metric is None:
+        return f"seed group: {members} seeds, {'none finished yet' if waiting else 'none succeeded'}{rest}"
+    n = group.get("n") or 0
+    return (f"seed group: {metric} mean {mean_std_text(group['mean'][metric], group['std'].get(metric))} "
+            f"over {n} seed{'s' if n != 1 else ''}{rest}")
+
+
+# --- uncertainty: a score with its 95 % bootstrap interval (jobs.outcomes' ``metrics_ci``) -------------------
+
+# An interval whose two sides differ by more than this share of the longer one is shown as [low, high]: a score
+# near 1.0 has most of its room below it, and "± half-width" would claim room above it that it does not have.
+LOPSIDED = 0.25
+
+
+def interval_bounds(ci: Any) -> tuple[float, float] | None:
+    """``(low, high)`` of a stored interval (``{"low", "high", ...}``) or a service's ``[low, high]``; None for
+    anything else (no interval, or one with a missing or non-numeric end)."""
+    if isinstance(ci, Mapping):
+        ci = (ci.get("low"), ci.get("high"))
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    low, high = ci
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (low, high)):
+        return None
+    return float(low), float(high)
+
+
+def interval_decimals(half_width: float) -> int:
+    """Decimals that give a half-width two significant digits (``0.011`` → 3, ``1.2`` → 1, ``12`` → 0), ≤ 4."""
+    if half_width <= 0:
+        return 3
+    exponent = int(f"{half_width:.1e}".split("e")[1])  # of the half-width rounded first: 0.0996 is 0.10
+    return min(max(1 - exponent, 0), 4)
+
+
+def metric_with_ci(value: Any, ci: Any) -> str:
+    """``0.912 ± 0.011``: a score and the half-width of its interval, both to the interval's two significant
+    digits; ``0.998 [0.994, 1.000]`` when the interval is lopsided; the value as ``format_metric`` shows it
+    when there is no interval."""
+    bounds = interval_bounds(ci)
+    if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return format_metric(value)
+    low, high = bounds
+    half = (high - low) / 2
+    decimals = interval_decimals(half)
+    above, below = high - value, value - low
+    if min(above, below) < 0 or abs(above - below) > LOPSIDED * max(above, below):
+        return f"{value:.{decimals}f} [{low:.{decimals}f}, {high:.{decimals}f}]"
+    return f"{value:.{decimals}f} ± {half:.{decimals}f}"
+
+
+def metric_ci(metrics: Mapping[str, Any] | None, key: str) -> Mapping[str, Any] | None:
+    """The stored interval of ``metrics[key]`` (``metrics["metrics_ci"][key]``), or None."""
+    found = (metrics or {}).get("metrics_ci")
+    interval = found.get(key) if isinstance(found, Mapping) else None
+    return interval if interval_bounds(interval) is not None else None
+
+
+def ci_note(ci: Mapping[str, Any] | None, examples: Any = None) -> str:
+    """What an interval is: ``95 % CI, n = 500`` (the level stored with it; n when known)."""
+    level = (ci or {}).get("level") or 0.95
+    n = _whole(examples)
+    return f"{level * 100:g} % CI" + (f", n = {n:,}" if n else "")
+
+
+def main_metric_ci_text(task: str, metrics: Mapping[str, Any] | None) -> str:
+    """``accuracy 0.912 ± 0.011``: the headline metric with its interval when the run has one."""
+    found = main_metric(task, metrics)
+    return f"{found[0]} {metric_with_ci(found[1], metric_ci(metrics, found[0]))}" if found else MISSING
+
+
+def metric_ci_cell(task: str, metrics: Mapping[str, Any] | None) -> str:
+    """``metric_cell`` with the headline metric's interval: ``accuracy 0.912 ± 0.011 (baseline 0.850)``."""
+    return metric_cell(task, metrics).replace(main_metric_text(task, metrics), main_metric_ci_text(task, metrics), 1)
+
+
+def readable_metric_rows_with_ci(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
+    """``readable_metric_rows`` with each score that has an interval shown with it (``0.912 ± 0.011``)."""
+    metrics = metrics or {}
+    with_ci = {SCORE_NAMES[key]: key for key in SCORE_NAMES if key in metrics and metric_ci(metrics, key)}
+    return [[name, metric_with_ci(metrics[with_ci[name]], metric_ci(metrics, with_ci[name]))]
+            if name in with_ci else [name, value] for name, value in readable_metric_rows(metrics)]
+
+
+def p_value_text(p: float) -> str:
+    """``p = 0.012``, ``p < 0.001`` (as the verdict sentences write it)."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"

@@ -393,3 +393,78 @@ def metric_bars_frame(scores: Mapping[str, Mapping[str, Any]], metric: str) -> p
     rows = [{"run": label, "value": float(values[metric])} for label, values in scores.items()
             if isinstance((values or {}).get(metric), (int, float)) and not isinstance(values[metric], bool)]
     return pd.DataFrame(rows, columns=["run", "value"])
+
+
+# ---------------------------------------------------------------- calibration and thresholds (tables.json)
+
+def _unit_square_svg(title: str, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], x_title: str,
+                     y_title: str, *, diagonal: bool = False, mark: tuple[str, float, float] | None = None) -> str:
+    """Curves on [0, 1] x [0, 1]: one polyline with dots per series, the y = x diagonal, a marked point."""
+    inner_w, inner_h = _W - _L - _R, _H - _T - _B
+
+    def sx(x: float) -> float:
+        return _L + x * inner_w
+
+    def sy(y: float) -> float:
+        return _T + inner_h - y * inner_h
+
+    parts = [f"<rect x='{_L}' y='{_T}' width='{inner_w}' height='{inner_h}' fill='none' stroke='#cbd5e1'/>"]
+    for tick in _ticks(0.0, 1.0):
+        parts.append(f"<line x1='{_L}' x2='{_W - _R}' y1='{sy(tick):.1f}' y2='{sy(tick):.1f}' stroke='#e2e8f0'/>"
+                     f"<text x='{_L - 6}' y='{sy(tick) + 4:.1f}' font-size='10' text-anchor='end'>{_num(tick)}</text>"
+                     f"<text x='{sx(tick):.1f}' y='{_T + inner_h + 16}' font-size='10' text-anchor='middle'>"
+                     f"{_num(tick)}</text>")
+    if diagonal:
+        parts.append(f"<line class='wb-diagonal' x1='{sx(0)}' y1='{sy(0)}' x2='{sx(1)}' y2='{sy(1)}' stroke='#94a3b8' "
+                     "stroke-dasharray='4 4'/>")
+    legend = []
+    for index, (name, points) in enumerate(series):
+        colour = PALETTE[index % len(PALETTE)]
+        legend.append((name, colour))
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
+        parts.append(f"<polyline class='wb-curve' data-curve='{html.escape(name)}' points='{line}' fill='none' "
+                     f"stroke='{colour}' stroke-width='2'/>")
+        parts.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{colour}'><title>"
+                     f"{html.escape(name)}: {_num(x)}, {_num(y)}</title></circle>" for x, y in points[:60])
+    if mark is not None:
+        label, x, y = mark
+        parts.append(f"<circle class='wb-mark' cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='5' fill='none' stroke='#0f172a' "
+                     f"stroke-width='2'><title>{html.escape(label)}</title></circle>"
+                     f"<text x='{sx(x) + 8:.1f}' y='{sy(y) - 8:.1f}' font-size='11'>{html.escape(label)}</text>")
+    return _frame_svg(title, "".join(parts), legend, x_title, y_title)
+
+
+def reliability_svg(calibration: Mapping[str, Any] | None) -> str:
+    """The reliability diagram of a classification run (``tables.json``'s ``calibration``): accuracy against
+    mean confidence per bin, before and after temperature scaling, beside the diagonal of perfect calibration."""
+    title = "Reliability diagram"
+    if not calibration or not calibration.get("bins"):
+        return f"<div class='wb-chart-empty'><b>{title}</b><p class='wb-muted'>No calibration recorded.</p></div>"
+
+    def points(bins: Any) -> list[tuple[float, float]]:
+        return [(float(b["confidence"]), float(b["accuracy"])) for b in bins or () if b.get("count")]
+
+    series = [(f"as trained (ECE {_num(float(calibration.get('ece', 0.0)))})", points(calibration["bins"]))]
+    if calibration.get("bins_calibrated"):
+        temperature = _num(float(calibration.get("temperature", 1.0)))
+        series.append((f"T = {temperature} (ECE {_num(float(calibration.get('ece_calibrated', 0.0)))})",
+                       points(calibration["bins_calibrated"])))
+    return _unit_square_svg(title + (" — temperature applied" if calibration.get("applied") else ""), series,
+                            "confidence", "accuracy", diagonal=True)
+
+
+def pr_curve_svg(precision_recall: Mapping[str, Any] | None) -> str:
+    """The positive class's precision-recall curve (``tables.json``'s ``precision_recall``), the chosen
+    threshold marked."""
+    title = "Precision-recall"
+    if not precision_recall or not precision_recall.get("points"):
+        return f"<div class='wb-chart-empty'><b>{title}</b><p class='wb-muted'>No threshold was tuned.</p></div>"
+    points = [(float(p["recall"]), float(p["precision"])) for p in precision_recall["points"]]
+    mark = None
+    threshold = precision_recall.get("threshold")
+    if threshold is not None:
+        # the curve's point nearest the chosen threshold (the curve keeps at most ~100 of them)
+        nearest = min(precision_recall["points"], key=lambda p: abs(float(p["threshold"]) - float(threshold)))
+        mark = (f"threshold {_num(float(threshold))}", float(nearest["recall"]), float(nearest["precision"]))
+    name = f"{precision_recall.get('positive', 'positive')} ({precision_recall.get('target', '')})"
+    return _unit_square_svg(title, [(name, points)], "recall", "precision", mark=mark)

@@ -27,6 +27,8 @@ PAGE_SIZE = 25
 POLL_SECONDS = 2.0
 ALL = "all"
 STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled", "pruned")
+STATUS_COLUMN, ETA_COLUMN = fmt.RUN_TABLE_HEADERS.index("Status"), fmt.RUN_TABLE_HEADERS.index("ETA")
+METRIC_COLUMN = fmt.RUN_TABLE_HEADERS.index("Main metric")
 SORTS = {"newest first": "-created_at", "oldest first": "created_at", "status": "status", "model": "model",
          "most progress": "-progress", "recently finished": "-finished_at", "grouped by sweep": "sweep"}
 PER_CLASS_HEADERS = ["Class / entity / tag", "Precision", "Recall", "F1", "Support"]
@@ -67,13 +69,35 @@ def list_page(wb, status: str = ALL, search: str = "", sort: str = "newest first
         total = counts.get(status, 0) if status not in (ALL, "", None) else sum(counts.values())
         if search:
             total = None  # the per-status counts do not know the search
-    rows = [fmt.run_row(run) for run in items]
+    rows = _with_intervals(items, _with_queue_and_live_eta(wb, items, [fmt.run_row(run) for run in items]))
     first = (page - 1) * PAGE_SIZE + 1
     if total is not None:
         caption = f"{first}–{first + len(rows) - 1} of {total} runs" if rows else f"no runs on page {page} of {total}"
     else:
         caption = f"page {page}" if rows else "no runs yet"
     return rows, caption
+
+
+def _with_queue_and_live_eta(wb, items: list[Any], rows: list[list[Any]]) -> list[list[Any]]:
+    """A queued run's status cell says where it stands in the queue and when it should start; a running
+    run's ETA cell says so when its own speed puts it outside the estimate made at submit."""
+    runs = [fmt.as_dict(item) for item in items]
+    queue = runs_service.queue_positions(wb) if any(r.get("status") == "queued" for r in runs) else {}
+    for run, row in zip(runs, rows):
+        if run.get("id") in queue:
+            row[STATUS_COLUMN] = fmt.queued_status(queue[run["id"]])
+        verdict = fmt.live_verdict(run)
+        if verdict:
+            row[ETA_COLUMN] = f"{row[ETA_COLUMN]} ({verdict.split(':')[0]})"
+    return rows
+
+
+def _with_intervals(items: list[Any], rows: list[list[Any]]) -> list[list[Any]]:
+    """The main metric of a run scored with per-example outcomes carries its 95 % interval: ``0.912 ± 0.011``."""
+    for run, row in zip(map(fmt.as_dict, items), rows):
+        if (run.get("metrics") or {}).get("metrics_ci"):
+            row[METRIC_COLUMN] = fmt.metric_ci_cell(str(run.get("task", "")), run.get("metrics"))
+    return rows
 
 
 def _items_and_total(result: Any) -> tuple[list[Any], Optional[int]]:
@@ -112,6 +136,8 @@ def run_header(run: dict[str, Any]) -> str:
             f"device {run['device']}" if run.get("device") else ""]
     label = f"{fmt.status_label(status)} · " + " · ".join(b for b in bits if b) if any(bits) \
         else fmt.status_label(status)
+    if status == "queued" and run.get("queue"):
+        label = fmt.queued_status(run["queue"])
     title = (f"<h3 id='run-title'>#{run.get('id')} {fmt.html.escape(fmt.run_name(run))}</h3>"
              f"<p class='wb-muted'>{fmt.html.escape(str(run.get('task', '')))} · model "
              f"<code>{fmt.html.escape(fmt.model_name(run.get('model')))}</code> · data "
@@ -122,13 +148,29 @@ def run_header(run: dict[str, Any]) -> str:
     phase_attr = fmt.html.escape(run.get("phase") or "")
     body = (title + f"<div id='run-status' data-status='{status}' data-phase='{phase_attr}'>"
             + fmt.progress_html(shown, status, label) + "</div>")
-    timing = fmt.estimate_line(run)
+    timing = fmt.live_estimate_line(run)
     if timing:
         body += f"<p class='wb-muted' id='run-estimate'>{fmt.html.escape(timing)}</p>"
+    if run.get("group"):
+        body += f"<p class='wb-muted' id='run-seed-group'>{fmt.html.escape(fmt.seed_group_text(run['group']))}</p>"
+    body += score_html(run)
     body += fmt.baseline_html(run.get("metrics"))
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
+
+
+def score_html(run: dict[str, Any]) -> str:
+    """The run header's score line: the headline metric with its 95 % interval (``accuracy 0.912 ± 0.011 (95 %
+    CI, n = 500)``), or the bare score of a run scored before intervals; "" before it has one."""
+    metrics = run.get("metrics") or {}
+    found = fmt.main_metric(str(run.get("task", "")), metrics)
+    if found is None:
+        return ""
+    ci = fmt.metric_ci(metrics, found[0])
+    note = f" <span class='wb-muted'>({fmt.ci_note(ci, metrics.get('validation_records'))})</span>" if ci else ""
+    return (f"<p id='run-score'>Validation {fmt.html.escape(found[0])}: "
+            f"<b>{fmt.html.escape(fmt.metric_with_ci(found[1], ci))}</b>{note}</p>")
 
 
 def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
@@ -144,6 +186,24 @@ def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
         rows.append([label, *(fmt.format_metric(s.get(k)) for k in ("precision", "recall", "f1")),
                      s.get("support", "")])
     return rows
+
+
+def score_pictures(tables: dict[str, Any]) -> str:
+    """Under the confusion matrix of a classification run: its reliability diagram (the ECE before and after
+    temperature scaling) and, when a positive-class threshold was tuned, the precision-recall curve with the
+    tuned per-class thresholds of a multi-label run listed; "" for other tasks."""
+    parts = []
+    if tables.get("calibration"):
+        parts.append(plots.reliability_svg(tables["calibration"]))
+    if tables.get("precision_recall"):
+        parts.append(plots.pr_curve_svg(tables["precision_recall"]))
+    per = tables.get("per_class")
+    thresholds = ({str(item.get("label")): item["threshold"] for item in per if item.get("threshold") is not None}
+                  if isinstance(per, list) else {})
+    if thresholds:
+        listed = " · ".join(f"{fmt.html.escape(k)} {v:.2f}" for k, v in thresholds.items())
+        parts.append(f"<p class='wb-muted' id='run-thresholds'>Decision thresholds tuned on validation: {listed}</p>")
+    return "".join(parts)
 
 
 def confusion_note(tables: dict[str, Any]) -> str:
@@ -209,8 +269,13 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     """
     run = fmt.as_dict(runs_service.get_run(wb, int(run_id)))
     status = str(run.get("status", ""))
+    if status == "queued":
+        run["queue"] = runs_service.queue_position(wb, int(run_id))
+    if run.get("seed_group") is not None:
+        run["group"] = runs_service.group_summary(wb, run["seed_group"])
     key = (f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}:{run.get('heartbeat_at')}:"
-           f"{run.get('phase')}:{run.get('phase_done')}:{run.get('rows_done')}")
+           f"{run.get('phase')}:{run.get('phase_done')}:{run.get('rows_done')}:{fmt.queue_text(run.get('queue'))}:"
+           f"{fmt.seed_group_text(run.get('group'))}")
     if key == last_key:
         return None
     curves = runs_service.run_curves(wb, int(run_id))
@@ -226,9 +291,9 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     return RunView(
         key=key, header=header, status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
-        log_tail=log_text or "(no log yet)", final_metrics=fmt.readable_metric_rows(run.get("metrics")),
+        log_tail=log_text or "(no log yet)", final_metrics=fmt.readable_metric_rows_with_ci(run.get("metrics")),
         metric_details=fmt.metric_detail_rows(run.get("metrics")),
-        per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix),
+        per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix) + score_pictures(tables),
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str),
         curves_note=JOB_CURVES_NOTE if job else "")
 
@@ -404,10 +469,13 @@ class _Actions:
     confirm_delete: gr.Button
     keep: gr.Button
     status: gr.Markdown
+    seeds: gr.Number
+    repeat: gr.Button
 
     @property
     def buttons(self) -> list:
-        return [self.cancel, self.retry, self.clone, self.continue_button, self.delete, self.download, self.publish]
+        return [self.cancel, self.retry, self.clone, self.continue_button, self.delete, self.download, self.publish,
+                self.repeat]
 
 
 def _build_actions(can_publish: bool) -> _Actions:
@@ -420,6 +488,9 @@ def _build_actions(can_publish: bool) -> _Actions:
         clone = gr.Button("Clone and edit", size="sm", interactive=False)
         extra_epochs = gr.Number(1, label="More epochs", precision=1, min_width=90)
         continue_button = gr.Button("Continue training", size="sm", interactive=False)
+        seeds = gr.Number(3, label="Seeds", precision=0, minimum=runs_service.MIN_SEEDS,
+                          maximum=runs_service.MAX_SEEDS, min_width=80, elem_id="runs-seeds")
+        repeat = gr.Button("Repeat with N seeds", size="sm", interactive=False, elem_id="runs-repeat")
         delete = gr.Button("Delete…", size="sm", variant="stop", interactive=False)
         download = gr.DownloadButton("Download model (.zip)", size="sm", interactive=False, elem_id="runs-download")
         publish = gr.Button("Publish playground…", size="sm", variant="primary", visible=can_publish,
@@ -430,7 +501,7 @@ def _build_actions(can_publish: bool) -> _Actions:
         keep = gr.Button("Keep it", size="sm")
     action_status = gr.Markdown(elem_id="runs-action-status")
     return _Actions(run_id, cancel, retry, clone, extra_epochs, continue_button, delete, download, publish,
-                    confirm_row, confirm_text, confirm_delete, keep, action_status)
+                    confirm_row, confirm_text, confirm_delete, keep, action_status, seeds, repeat)
 
 
 @dataclasses.dataclass
@@ -610,6 +681,13 @@ def _act(action, rid, *args):
         raise gr.Error(str(exc))
 
 
+def repeat_text(wb, run_id: int, seeds: Any) -> str:
+    """Queue the selected run again with other seeds (``runs_service.repeat_with_seeds``) and say what was queued."""
+    queued = runs_service.repeat_with_seeds(wb, run_id, int(seeds or 3))
+    return (f"Queued runs {', '.join(map(str, queued['ids']))} with seeds {', '.join(map(str, queued['seeds']))} "
+            f"(group of run {queued['group']}).")
+
+
 def _wire_actions(wb, actions: _Actions) -> list:
     """Cancel, retry, continue, delete (after a confirmation) and download the selected run. Returns the events
     that change the selected run: continue (the new run) and delete (none)."""
@@ -626,6 +704,7 @@ def _wire_actions(wb, actions: _Actions) -> list:
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
     continued = actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
+    actions.repeat.click(lambda rid, n: _act(lambda r: repeat_text(wb, r, n), rid), [run_id, actions.seeds], [status])
     actions.delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
                                       f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
                          [run_id], [actions.confirm_row, actions.confirm_text])
@@ -637,8 +716,10 @@ def _wire_actions(wb, actions: _Actions) -> list:
 
     deleted = actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
 
-    actions.download.click(lambda rid, held: download_value(wb, rid, held), [run_id, actions.download],
-                           [actions.download])
+    def on_download(rid, held):
+        return download_value(wb, rid, held)
+
+    actions.download.click(on_download, [run_id, actions.download], [actions.download])
     # The button holds no zip until it is first asked for: the browser saves it as soon as it arrives.
     actions.download.change(None, [actions.download], None, js=SAVE_DOWNLOAD_JS)
     run_id.change(lambda _rid: None, [run_id], [actions.download], show_progress="hidden")

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from workbench.ui import format as fmt
 from workbench.ui import plots
 
 STATE_COLOURS = {"succeeded": "#2563eb", "pruned": "#f59e0b", "failed": "#dc2626", "cancelled": "#9ca3af",
@@ -40,8 +41,8 @@ def value_vs_trial_svg(sweep: Mapping[str, Any]) -> str:
                                 empty="No trial has completed yet.")
 
 
-def _axis(values: list[Any], log: bool) -> tuple[Any, list[str]]:
-    """A function value -> 0..1 for one axis, and its labels (low, high; or the choices)."""
+def _axis(values: list[Any], log: bool, label: Any = plots._num) -> tuple[Any, list[str]]:
+    """A function value -> 0..1 for one axis, and its labels (low, high; or the choices) written by ``label``."""
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) != len(values):
         choices = sorted({str(v) for v in values})
@@ -51,8 +52,8 @@ def _axis(values: list[Any], log: bool) -> tuple[Any, list[str]]:
     f = (lambda v: math.log10(v)) if use_log else (lambda v: float(v))
     low, high = min(f(n) for n in numbers), max(f(n) for n in numbers)
     span = (high - low) or 1.0
-    label = lambda v: plots._num(10 ** v if use_log else v)  # noqa: E731
-    return (lambda v: (f(v) - low) / span if high > low else 0.5), [label(low), label(high)]
+    end = lambda v: label(10 ** v if use_log else v)  # noqa: E731
+    return (lambda v: (f(v) - low) / span if high > low else 0.5), [end(low), end(high)]
 
 
 def parallel_coordinates_svg(sweep: Mapping[str, Any]) -> str:
@@ -70,7 +71,7 @@ def parallel_coordinates_svg(sweep: Mapping[str, Any]) -> str:
     values_of = {n: [t["params"].get(n) for t in trials if n in t["params"]] for n in names}
     scored = [t["value"] if isinstance(t.get("value"), (int, float)) else t.get("last_reported") for t in trials]
     values_of[metric] = [v for v in scored if isinstance(v, (int, float))]
-    scales = {n: _axis(values_of[n], bool((space.get(n) or {}).get("log"))) for n in names}
+    scales = {n: _axis(values_of[n], bool((space.get(n) or {}).get("log")), fmt.param_value) for n in names}
     if values_of[metric]:
         scales[metric] = _axis(values_of[metric], False)
     inner_h = _H - _T - _B
@@ -97,8 +98,8 @@ def parallel_coordinates_svg(sweep: Mapping[str, Any]) -> str:
             points.append(f"{x_of[name]:.1f},{y:.1f}")
         colour = STATE_COLOURS.get(str(trial.get("state")), "#475569")
         parts.append(f"<polyline class='wb-trial' points='{' '.join(points)}' fill='none' stroke='{colour}' "
-                     f"stroke-width='1.6' opacity='0.8'><title>trial {trial['trial']} ({trial.get('state')})"
-                     f"</title></polyline>")
+                     f"stroke-width='1.6' opacity='0.8'><title>trial {trial['trial']} ({trial.get('state')}): "
+                     f"{html.escape(fmt.params_text(trial['params']))}</title></polyline>")
     legend = "".join(f"<g transform='translate({_SIDE + i * 100},{_T - 16})'><rect width='10' height='10' y='-9' "
                      f"fill='{colour}'/><text x='14' font-size='11'>{state}</text></g>"
                      for i, (state, colour) in enumerate((("succeeded", STATE_COLOURS["succeeded"]),

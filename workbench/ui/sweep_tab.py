@@ -18,13 +18,18 @@ import pandas as pd
 import yaml
 
 from jobs.spec_files import load_json, load_yaml
-from jobs.sweep_spec import PRUNERS, SweepSpec, default_space, format_params
+from jobs.sweep_spec import PRUNERS, SweepSpec, default_space
+from storage.models import SWEEP_RUNNING
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.services import sweeps as sweep_service
+from workbench.ui import format as fmt
 from workbench.ui import runs_tab, sweep_plots
 
 TICK_SECONDS = 3.0
-TRIAL_COLUMNS = ["Trial", "Run", "State", "Value", "Last reported", "Parameters"]
+# Then one column per searched parameter (trials_frame).
+TRIAL_COLUMNS = ["Trial", "Run", "State", "Value", "Last reported", "Mean ± std over seeds"]
+# "Confirm the top k with n seeds" in the view.
+CONFIRM_TOP, CONFIRM_SEEDS = 3, 3
 
 
 def space_yaml(task: str, lora: bool = False) -> str:
@@ -92,21 +97,50 @@ def _value(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
 
 
+def _seeds_cell(trial: dict[str, Any]) -> str:
+    group = trial.get("group") or {}
+    if not group.get("n"):
+        return "–" if not group else f"0 of {len(group.get('ids') or [])} seeds done"
+    n = group["n"]
+    return f"{fmt.mean_std_text(group.get('mean'), group.get('std'))} ({n} seed{'s' if n != 1 else ''})"
+
+
+def ranked_trials(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trials in trial order; once some are confirmed with more seeds, best first by the service's ranking
+    (confirmed ones by their mean, the other completed ones by their value), then the rest in trial order."""
+    order = [r["trial"] for r in sweep.get("ranking") or []] if any(
+        r["confirmed"] for r in sweep.get("ranking") or []) else []
+    by_number = {t["trial"]: t for t in sweep["trials"]}
+    return [by_number[n] for n in order] + [t for t in sweep["trials"] if t["trial"] not in set(order)]
+
+
 def trials_frame(sweep: dict[str, Any]) -> pd.DataFrame:
+    """One row per trial, with each searched parameter in a column of its own (3 significant digits)."""
+    space = (sweep.get("spec") or {}).get("space") or {}
+    names = list(dict.fromkeys([*space, *(n for t in sweep["trials"] for n in t["params"])]))
     return pd.DataFrame([[t["trial"], t["run_id"] or "–", t["state"], _value(t["value"]), _value(t["last_reported"]),
-                          format_params(t["params"])] for t in sweep["trials"]], columns=TRIAL_COLUMNS)
+                          _seeds_cell(t), *[fmt.param_value(t["params"].get(n)) for n in names]]
+                         for t in ranked_trials(sweep)], columns=[*TRIAL_COLUMNS, *names])
 
 
-def progress_markdown(sweep: dict[str, Any]) -> str:
+def progress_markdown(sweep: dict[str, Any], left: Optional[dict[str, Any]] = None) -> str:
+    """The sweep's state line, best trial and warnings; ``left`` (``sweep_service.time_left``) the time it
+    still needs while it runs."""
     c = sweep["counts"]
     line = (f"**Sweep #{sweep['id']}** {sweep['name']} — **{sweep['status']}** · "
             f"{len(sweep['trials'])}/{sweep['n_trials']} trials asked, {sweep['parallelism']} at a time · "
             f"done {c['done']} · running {c['running']} · pruned {c['pruned']} · failed {c['failed']} · "
             f"pruner {sweep['pruner']} · {sweep['direction']} {sweep['metric']}")
+    if left is not None:
+        asked = f", then {left['to_ask']} trial(s) not started yet" if left["to_ask"] else ""
+        line += (f"  \nTime left: **{fmt.rough_duration(left['seconds'])}** ({left['active']} trial(s) queued "
+                 f"or running{asked}; pruning as expected before the start).")
+    elif sweep["status"] == SWEEP_RUNNING:
+        line += "  \nTime left: unknown (a trial has no estimate yet, or no worker is running)."
     best = sweep["best"]
     if best:
         line += (f"  \nBest so far: **{sweep['metric']} {best['value']:.4f}** — trial {best['trial']} "
-                 f"(run #{best['run_id']}): {format_params(best['params'])}")
+                 f"(run #{best['run_id']}): {fmt.params_text(best['params'])}")
     else:
         line += "  \nBest so far: no trial has completed yet."
     if sweep.get("verdict"):
@@ -124,7 +158,7 @@ def view_values(wb, sweep_id: Optional[int]) -> tuple[str, str, str, str, pd.Dat
                 empty, empty, empty, pd.DataFrame(columns=TRIAL_COLUMNS))
     sweep = sweep_service.get_sweep(wb, int(sweep_id))
     importance = sweep_service.param_importance(wb, int(sweep_id))
-    return (progress_markdown(sweep), sweep_plots.value_vs_trial_svg(sweep),
+    return (progress_markdown(sweep, sweep_service.time_left(wb, sweep)), sweep_plots.value_vs_trial_svg(sweep),
             sweep_plots.parallel_coordinates_svg(sweep), sweep_plots.importance_svg(importance),
             trials_frame(sweep))
 
@@ -133,6 +167,36 @@ def view_values(wb, sweep_id: Optional[int]) -> tuple[str, str, str, str, pd.Dat
 class SweepForm:
     start_event: Any
     submitted_id: gr.Number
+
+
+def sweep_estimate(wb, base_json: str, n_trials: Any, parallelism: Any, pruner: str) -> str:
+    """Before a sweep starts: its trials' time and what pruning should leave of it, as markdown ("" when the
+    form's spec or numbers are not usable yet, or a trial has no estimate)."""
+    from jobs.spec import RunSpec
+    from workbench.services import estimates
+    from workbench.services import runs as runs_service
+
+    try:
+        base = RunSpec.from_dict(load_json(base_json or "", "the Train form's run spec"))
+        n, at_once = int(_whole(n_trials, 12)), int(_whole(parallelism, 2))
+        est = estimates.estimate_sweep(wb, base, n, at_once, pruner or "median",
+                                       workers=max(1, runs_service.worker_slots(wb)))
+    except (WorkbenchError, TypeError, ValueError, AttributeError):
+        return ""
+    if est is None or n < 1 or at_once < 1:
+        return ""
+    trial = est["trial"]
+    text = (f"{n} trials × {fmt.rough_duration(trial['seconds'])} ({fmt.estimate_range(trial)} each, as the base "
+            f"spec; searched epochs or models change it) = {fmt.rough_duration(est['seconds'])} of runs.")
+    if est["prunable"]:
+        text += (f" With pruning expect **{fmt.rough_duration(est['pruned_seconds'])}**, assuming that after the "
+                 f"first {est['startup_trials']} trials about half stop at their first evaluation "
+                 f"({fmt.format_duration(est['stopped_seconds'])} each).")
+    elif (pruner or "median") != "none":
+        text += " No trial evaluates before its end, so pruning cannot stop one early."
+    text += (f" {est['at_once']} at a time: done in {fmt.rough_duration(est['wall_seconds'])}. "
+             f"{trial.get('sureness', trial['basis']).capitalize()}.")
+    return text
 
 
 def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.components.Component] = None) -> SweepForm:
@@ -157,6 +221,7 @@ def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.compone
         with gr.Row():
             defaults = gr.Button("Defaults for this task", size="sm")
             start = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
+        estimate = gr.Markdown(elem_id="sweep-estimate", elem_classes=["wb-muted"])
         status = gr.Markdown(elem_id="sweep-status")
     submitted_id = gr.Number(visible=False, precision=0)
 
@@ -169,6 +234,9 @@ def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.compone
         return f"✔ Sweep #{sweep_id} started; its first trials are on the queue.", sweep_id
 
     defaults.click(default_space_for, [base_spec], [space])
+    settings = [base_spec, n_trials, parallelism, pruner]
+    for control in settings:
+        control.change(lambda *values: sweep_estimate(wb, *values), settings, [estimate], show_progress="hidden")
     if task is not None:
         task.change(space_yaml, [task], [space])
     start_event = start.click(on_start, [base_spec, space, n_trials, parallelism, pruner, metric, direction, name],
@@ -182,6 +250,20 @@ def top_five(wb, sweep_id) -> list[int]:
     if len(ids) < 2:
         raise gr.Error("Comparing needs at least two completed trials.")
     return ids
+
+
+def confirm_top_text(wb, sweep_id, top: int = CONFIRM_TOP, seeds: int = CONFIRM_SEEDS) -> str:
+    """Queue more seeds of the best trials (``sweep_service.confirm_top``) and say what was queued."""
+    if not sweep_id:
+        raise gr.Error("Pick a sweep first.")
+    try:
+        confirmed = sweep_service.confirm_top(wb, int(sweep_id), top, seeds)
+    except WorkbenchError as exc:
+        raise gr.Error(str(exc))
+    lines = [f"Trial {c['trial']} (run #{c['run_id']}): " + (
+        f"queued runs {', '.join(map(str, c['ids']))} with seeds {', '.join(map(str, c['seeds']))}." if c["ids"]
+        else f"already has {seeds} seeds.") for c in confirmed]
+    return "  \n".join(lines + ["The trials table ranks confirmed trials by their mean once two seeds finished."])
 
 
 def best_of(wb, sweep_id) -> int:
@@ -221,6 +303,8 @@ def build_view(wb) -> SweepView:
         compare_top = gr.Button("Compare the top 5", size="sm", elem_id="sweep-compare")
         open_best = gr.Button("Open the best run", size="sm", elem_id="sweep-open-best")
         publish = gr.Button("Publish the best run", size="sm", elem_id="sweep-publish")
+        confirm = gr.Button(f"Confirm the top {CONFIRM_TOP} with {CONFIRM_SEEDS} seeds", size="sm",
+                            elem_id="sweep-confirm")
         publish_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
                                     elem_id="sweep-publish-token")
     action = gr.Markdown(elem_id="sweep-action")
@@ -260,6 +344,7 @@ def build_view(wb) -> SweepView:
     cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
     publish.click(lambda sweep_id, with_token: publish_best(wb, sweep_id, with_token), [picker, publish_token],
                   [action])
+    confirm.click(lambda sweep_id: confirm_top_text(wb, sweep_id), [picker], [action]).then(show, [picker], outputs)
     shown_choices = gr.State(None)  # the picker's choices as the last tick sent them
     gr.Timer(TICK_SECONDS).tick(on_tick, [picker, shown_choices], [picker, *outputs, shown_choices],
                                 show_progress="hidden")

@@ -170,14 +170,27 @@ def model_facts(wb, spec: RunSpec) -> str:
         parts = est["parts"]
         memory = catalogue.estimate_training(info.parameters, 0, 0, 1.0)["memory_mb"]
         lines.append(
-            f"Estimated time on this {est['device'].upper()}: **{fmt.estimate_range(est)}** — training "
+            f"Estimated time on this {est['device'].upper()}: **{fmt.estimate_range(est)}** "
+            f"({est.get('sureness', est['basis'])}) — training "
             f"{fmt.format_duration(parts['train'])} ({est['examples_seen']:,} examples seen), "
             f"{est['evaluations']} evaluation(s) {fmt.format_duration(parts['evaluation'])}, start-up and saving "
             f"{fmt.format_duration(parts['fixed'] + parts['checkpoints'])}; about {memory:,} MB of memory "
             f"(lr {est['hp']['learning_rate']:g}, batch {est['hp']['batch_size']}). Based on {est['basis']}.")
+        lines.append(queue_outlook(wb))
         lines.append(f"What the defaults chose: {est['why']}.")
         lines.extend(preset_lines(wb, spec))
     return "  \n".join(lines)
+
+
+def queue_outlook(wb) -> str:
+    """When a run submitted now would start: ``If started now: 2nd in line · starts after run 1, in …``."""
+    return f"If started now: {fmt.queue_text(runs_service.start_if_queued_now(wb))}."
+
+
+def submitted_text(wb, run_id: int) -> str:
+    """``✔ Run #3 is on the queue: 2nd in line · starts after run 1, in about 10 min.``"""
+    place = fmt.queue_text(runs_service.queue_position(wb, run_id))
+    return f"✔ Run #{run_id} is on the queue" + (f": {place}." if place else ".")
 
 
 def cloned_spec(spec: dict[str, Any], source_id: int | None = None) -> RunSpec:
@@ -318,7 +331,7 @@ def build(wb) -> TrainTab:
             run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
-        return f"✔ Run #{run_id} is on the queue.", run_id
+        return submitted_text(wb, run_id), run_id
 
     task.change(on_task, [task, dataset], [dataset])
     refresh.click(on_task, [task, dataset], [dataset])

@@ -1,0 +1,214 @@
+"""Issue 25: estimates a user can plan with on a machine whose load varies — one slow past run does not blow
+up the range, a run measured under load counts as a normal one, the estimate says how sure it is, and a
+started run's own speed says when it will end outside the estimate."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from jobs.progress import machine_load, mean_load
+from workbench.services import audits, estimates
+from workbench.ui import format as fmt
+
+from tests.test_estimates import _dataset, _past_run, _spec
+
+
+def _range(est) -> float:
+    return est["high"] / est["low"]
+
+
+def test_one_slow_outlier_does_not_widen_the_range(wb):
+    _dataset(wb, "old", 40.0)
+    for _ in range(4):
+        _past_run(wb, "old")
+    steady = estimates.estimate_run(wb, _spec(_dataset(wb, "new", 20.0)))
+    _past_run(wb, "old", samples_per_second=40.0 / 7, evaluation_seconds=35.0, final_eval_seconds=35.0)
+    with_outlier = estimates.estimate_run(wb, _spec("new"))
+    # min × 0.9 … max × 1.2 over the history made this range about 7 × 1.33 = 9 times wide
+    assert _range(with_outlier) == pytest.approx(_range(steady)) == pytest.approx(1.15 ** 2, rel=0.01)
+    assert with_outlier["seconds"] == steady["seconds"] == 126.0
+    assert with_outlier["sureness"] == "based on 5 past runs; ±15 %"
+
+
+def test_runs_that_disagree_widen_the_range_and_one_run_says_little(wb):
+    _past_run(wb, _dataset(wb, "old", 40.0))
+    one = estimates.estimate_run(wb, _spec(_dataset(wb, "new", 20.0)))
+    assert (one["low"], one["high"]) == (pytest.approx(126.0 / 1.3, abs=0.1), pytest.approx(126.0 * 1.3, abs=0.1))
+    assert one["sureness"] == "based on 1 past run; ±30 %"
+    _past_run(wb, "old", samples_per_second=20.0)  # training half as fast: two runs that differ a little
+    two = estimates.estimate_run(wb, _spec("new"))
+    assert _range(two) == pytest.approx(_range(one), rel=0.01)  # two runs say little more than one
+    _past_run(wb, "old", samples_per_second=5.0)  # eight times slower: three runs that disagree
+    three = estimates.estimate_run(wb, _spec("new"))
+    assert _range(three) > _range(one) and three["sureness"].startswith("based on 3 past runs; ±")
+
+
+def test_a_run_measured_under_load_is_scaled_to_the_usual_load(wb):
+    _dataset(wb, "old", 40.0)
+    slow = {"samples_per_second": 40.0 / 3, "evaluation_seconds": 15.0, "final_eval_seconds": 15.0,
+            "checkpoint_seconds": 6.0, "setup_seconds": 24.0, "finish_seconds": 6.0}
+    for _ in range(2):
+        _past_run(wb, "old", machine={"load_per_cpu": 1.0})
+        # three times slower, but the machine had three times the work: the same speed at the same load
+        _past_run(wb, "old", machine={"load_per_cpu": 3.0}, **slow)
+    est = estimates.estimate_run(wb, _spec(_dataset(wb, "new", 20.0)))
+    # every run at the usual load, 2 per CPU: twice the time of the unloaded runs, and they all agree
+    assert est["parts"]["train"] == 150.0 and est["parts"]["evaluation"] == 50.0
+    assert _range(est) == pytest.approx(1.15 ** 2, rel=0.01)  # unscaled, half the runs 3× slower: ±73 %
+    _past_run(wb, "old", **slow)  # recorded no load: taken as it is
+    assert estimates.estimate_run(wb, _spec("new"))["parts"]["train"] == 150.0
+
+
+def test_without_a_past_run_the_estimate_says_it_is_a_rough_guess(wb):
+    est = estimates.estimate_run(wb, _spec(_dataset(wb, "new", 20.0)))
+    assert est["sureness"].startswith("rough guess: no past run")
+
+
+def test_the_range_spread_is_median_based():
+    assert estimates.range_spread([100.0]) == 1.3
+    assert estimates.range_spread([100.0, 101.0, 99.0]) == 1.15  # never narrower than ±15 %
+    assert estimates.range_spread([100.0, 100.0, 700.0]) == 1.15  # one outlier of three
+    assert estimates.range_spread([100.0, 110.0]) == 1.3  # two runs: never under ±30 %
+    assert estimates.range_spread([100.0, 400.0]) == pytest.approx(2.0)  # two that disagree: both in range
+
+
+def test_the_load_a_run_ran_under_is_sampled_cheaply():
+    load = machine_load()
+    assert load is None or load >= 0.0
+    assert mean_load(1.0, None, 2.0) == 1.5 and mean_load(None) is None
+
+
+def _running(minutes_in: float, eta: float | None, phase: str = "training") -> dict:
+    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(minutes=minutes_in)
+    return {"status": "running", "started_at": started.isoformat() + "Z", "eta_seconds": eta, "phase": phase,
+            "estimate": {"seconds": 300.0, "low": 240.0, "high": 360.0, "evaluations": 2,
+                         "parts": {"train": 250.0, "evaluation": 40.0, "fixed": 10.0}}}
+
+
+def test_a_running_run_slower_than_estimated_says_so_with_its_own_time_left():
+    slow = _running(3, 700.0)  # 3 min in, 700 s of steps and a 20 s final evaluation left: 15 min in all
+    assert fmt.time_left(slow) == 720.0
+    assert fmt.live_verdict(slow) == "running slower than estimated: about 12 min left"
+    line = fmt.live_estimate_line(slow)
+    assert line.startswith("estimated 4m 00s – 6m 00s · running for 3m 0") and line.endswith("about 12 min left")
+    assert fmt.live_verdict(_running(0.5, 20.0)) == "running faster than estimated: under a minute left"
+    assert fmt.live_verdict(_running(2, 150.0)) == ""  # 2 min + 170 s: within 4–6 min
+    assert fmt.live_verdict(_running(2, None)) == ""  # no speed measured yet
+    assert fmt.live_verdict(_running(9, 0.0, phase="evaluating")) == ""  # the steps' ETA is over
+
+
+def test_plan_figures_read_as_minutes():
+    assert fmt.rough_duration(30) == "under a minute"
+    assert fmt.rough_duration(600) == "about 10 min"
+    assert fmt.rough_duration(2 * 3600 + 5 * 60) == "about 2 h 05 min"
+    assert [fmt.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
+
+
+# --- whole jobs: an audit's k folds, a sweep's n trials -------------------------------------------------------
+
+
+def test_an_audit_is_estimated_as_k_folds_on_their_share_of_the_data(wb):
+    from workbench.ui import audit_panel
+
+    _past_run(wb, _dataset(wb, "old", 40.0))
+    _dataset(wb, "pool", 20.0, n_train=2000, n_validation=500)  # 2,500 examples in the pool
+    est = audits.estimate_audit(wb, "pool", folds=5, preset="standard")
+    fold = est["fold"]
+    # a fold trains on 4/5 of 2,500 = 2,000 less the 10 % its engine holds out, and predicts its own 500
+    assert fold["train_examples"] == 1800 and fold["validation_examples"] == 200
+    assert fold["parts"]["prediction"] == pytest.approx(500 * 10.0 / 400 * 0.5, abs=0.1)
+    assert est["seconds"] == pytest.approx(5 * fold["seconds"], abs=0.5) and est["workers"] == 1
+    assert est["wall_seconds"] == pytest.approx(est["seconds"], abs=0.5)  # one worker: one fold after another
+    text = audit_panel.start_estimate(wb, "pool", 5, None, "standard")
+    assert text.startswith(f"About **{fmt.rough_duration(est['seconds'])}** for all 5 folds")
+    assert "training on 4/5 of the examples; one after another on one worker" in text
+    assert text.endswith("Based on 1 past run; ±30 %.")
+    assert audit_panel.start_estimate(wb, "", 5, None, "quick") == ""
+
+
+def test_a_waiting_audit_says_when_all_its_folds_will_be_done(wb):
+    from jobs import queue
+    from storage.models import Audit, Run
+    from workbench.ui import audit_panel
+
+    queue.register_worker(wb.db, "w1", 1, "")
+    with wb.db.session() as session:
+        audit = Audit(name="audit", task="text-classification", spec={"folds": 2}, folder="")
+        session.add(audit)
+        session.flush()
+        for fold in range(2):
+            session.add(Run(name=f"fold {fold}", task="text-classification", model="m", status="queued", spec={},
+                            audit_id=audit.id, fold=fold, estimate={"seconds": 300.0, "low": 250.0, "high": 400.0}))
+        audit_id = audit.id
+    record = audits.get_audit(wb, audit_id)
+    assert record["time_left_seconds"] == 600.0  # two 5-minute folds, one after the other
+    assert "All folds done in about 10 min" in audit_panel.status_html(record)
+    with wb.db.session() as session:
+        session.add(Run(name="ahead", task="text-classification", model="m", status="running", spec={},
+                        started_at=dt.datetime.utcnow()))  # no estimate, no ETA: the time is unknown
+    record = audits.get_audit(wb, audit_id)
+    assert record["time_left_seconds"] is None and "Time left unknown" in audit_panel.status_html(record)
+
+
+def test_a_sweep_is_estimated_with_the_expected_effect_of_pruning(wb):
+    import json
+
+    from workbench.ui import sweep_tab
+
+    _past_run(wb, _dataset(wb, "old", 40.0))
+    base = _spec(_dataset(wb, "new", 20.0))  # 126 s a trial: train 75, evaluation 25, checkpoints 6, fixed 20
+    est = estimates.estimate_sweep(wb, base, 12, 2, "median")
+    assert est["seconds"] == 12 * 126.0 and est["prunable"]
+    # 3 evaluations before the final one: a pruned trial stops after a third of its training and one evaluation
+    assert est["stopped_seconds"] == pytest.approx(20 + 81 / 3 + 25 / 4, abs=0.1)
+    # the 2 start-up trials run to the end; half of the other 10 are pruned
+    assert est["pruned_seconds"] == pytest.approx(7 * 126 + 5 * (20 + 81 / 3 + 25 / 4), abs=0.1)
+    assert estimates.estimate_sweep(wb, base, 12, 2, "none")["pruned_seconds"] == 12 * 126.0
+    text = sweep_tab.sweep_estimate(wb, json.dumps(base.to_dict()), 12, 2, "median")
+    assert text.startswith("12 trials × about 2 min") and "= about 25 min of runs" in text
+    assert "With pruning expect **about 19 min**, assuming that after the first 2 trials about half stop" in text
+    assert "1 at a time: done in about 19 min" in text  # one worker slot, whatever the sweep's parallelism
+    quick = _spec("new", "quick")  # one epoch: no evaluation before the end
+    assert "pruning cannot stop one early" in sweep_tab.sweep_estimate(wb, json.dumps(quick.to_dict()), 12, 2,
+                                                                       "median")
+    assert sweep_tab.sweep_estimate(wb, "{", 12, 2, "median") == ""
+
+
+def test_a_trained_run_records_the_machine_load_it_ran_under(tmp_path):
+    """A real (tiny) run: its metrics carry the load that ``_at_usual_load`` scales by."""
+    from jobs.engine import run_training
+    from jobs.progress import RecordingReporter
+    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from tests.tiny_models import classification_records, tiny_bert, write_jsonl
+
+    model = tiny_bert(tmp_path / "tiny-bert")
+    spec = RunSpec(task="text-classification", model=str(model),
+                   data=DataSpec(train_path=write_jsonl(tmp_path / "t.jsonl", classification_records(16)).as_posix(),
+                                 validation_path=write_jsonl(tmp_path / "v.jsonl",
+                                                             classification_records(8, 1)).as_posix()),
+                   train=TrainSpec(epochs=1))
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    load = metrics["machine"]["load_per_cpu"]  # the mean of the samples at its start and its end
+    assert isinstance(load, float) and load >= 0.0 and estimates._load(metrics) == load
+
+
+def test_the_built_page_shows_the_sweep_and_audit_estimates_as_their_settings_change(wb):
+    """The handlers the page really runs: a changed trial count refreshes the sweep's estimate, a changed
+    fold count the audit's."""
+    import json
+
+    from tests.test_ui_stale_states import block, by_output, handlers
+    from workbench.ui import app
+
+    _past_run(wb, _dataset(wb, "old", 40.0))
+    _dataset(wb, "pool", 20.0, n_train=2000, n_validation=500)
+    page = app.build_ui(wb)
+    sweep_box, audit_box = block(page, "sweep-estimate"), block(page, "audit-estimate")
+    (on_trials,) = [f for f in handlers(page, block(page, "sweep-trials"), "change") if sweep_box in f.outputs]
+    base = json.dumps(_spec("pool").to_dict())
+    assert by_output(on_trials, on_trials.fn(base, 12, 2, "median"))[sweep_box._id].startswith("12 trials × about")
+    (on_folds,) = [f for f in handlers(page, block(page, "audit-folds"), "change") if audit_box in f.outputs]
+    shown = by_output(on_folds, on_folds.fn("pool", 5, None, "quick"))[audit_box._id]
+    assert shown.startswith("About **") and "for all 5 folds" in shown
