@@ -61,7 +61,7 @@ def run_one(task: str, train_path: str, validation_path: str, preset: str, out: 
     return metrics
 
 
-# Standard-preset scores measured earlier on the same data with the same defaults (README, "Measured figures").
+# Standard-preset scores measured earlier on the same data with the same defaults (docs/training.md, "Measured figures").
 README_STANDARD = {"wnut": 0.5305}
 
 

@@ -20,7 +20,8 @@ alone and is scored on the set's own test file:
 
 Each result goes to bench/results/small_data.json as soon as it exists, with its wall time, its CPU
 seconds, the load average and the cores' worth of un-niced CPU other processes took meanwhile; a result already there is not run again (an interrupted run resumes). ``--table``
-prints the README table from the results and draws docs/small_data.png.
+prints the table from the results, writes it between the ``small-data-table`` markers of docs/training.md and
+draws docs/small_data.png.
 """
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ from bench.shared_data import DEFAULT_DATA, read_csv, write_jsonl  # noqa: E402
 log = logging.getLogger("bench.small_data")
 RESULTS = Path(__file__).parent / "results" / "small_data.json"
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "small_data.png"
+# The page that shows the table, between these markers (with the plot under it).
+TABLE_PAGE = PLOT.parent / "training.md"
+TABLE_START, TABLE_END = "<!-- small-data-table -->", "<!-- /small-data-table -->"
 METHODS = ("majority", "tfidf_lr", "frozen_lr", "setfit", "trainer", "workbench")
 SIZES = ("32", "100", "300", "1000", "all")
 
@@ -421,6 +425,17 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def write_table(text: str, page: Path = TABLE_PAGE) -> None:
+    """Replace what lies between the page's small-data-table markers with ``text`` and the plot."""
+    body = page.read_text(encoding="utf-8")
+    start, end = body.find(TABLE_START), body.find(TABLE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{page}: no {TABLE_START} ... {TABLE_END} markers to write the table between")
+    image = os.path.relpath(PLOT, page.parent)
+    block = f"{TABLE_START}\n{text}\n\n![Score by training-set size]({image})\n"
+    page.write_text(body[:start] + block + body[end:], encoding="utf-8")
+
+
 def plot(results: dict, path: Path = PLOT) -> None:
     import matplotlib
 
@@ -459,7 +474,8 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--table", action="store_true", help="print the table and draw the plot; train nothing")
+    parser.add_argument("--table", action="store_true",
+                        help="print the table, write it into docs/training.md and draw the plot; train nothing")
     parser.add_argument("--results", type=Path, default=None, help="where the results are kept")
     args = parser.parse_args()
     if args.results:
@@ -472,7 +488,10 @@ def main() -> None:
         run(args.data, args.only.split(","), args.sizes.split(","), [int(s) for s in args.seeds.split(",")],
             args.methods.split(","))
     results = _load()
-    print(table(results))
+    text = table(results)
+    print(text)
+    if args.table:
+        write_table(text)
     plot(results)
 
 

@@ -13,7 +13,7 @@ base spec with the workbench's own learning rate, warm-up and weight decay.
 ``--model minilm`` (the default) is the packaged MiniLM. ``--model small`` is a 4-layer BERT
 (hidden 128) built from a config and trained from scratch, quicker per step; in one epoch of
 1,200 questions its first trials (learning rates 5e-5 to 4.5e-4) stayed at the majority class (0.23), so
-it shows the mechanics, not a search. The README's figures: ``--concurrent --train 320 --dev 120
+it shows the mechanics, not a search. The figures in docs/sweeps.md: ``--concurrent --train 320 --dev 120
 --max-length 24 --eval-steps 3`` (a MiniLM step took 6–13 s on the shared 2-core machine).
 
 Results go to bench/results/sweep_trec.json after each phase, with ``uptime``'s load

@@ -36,7 +36,7 @@ _TASK_FAMILY = {"text-classification": "classification", "token-classification":
 _MAX_LENGTH = {"text-classification": 128, "token-classification": 128, "question-answering": 384, "masked-lm": 128}
 # quick = one full epoch on at most this many training examples (a seeded sample of larger sets).
 # 100 steps (0.4 epoch of 2,000 reviews) left a model at chance level; one epoch on 2,000 examples
-# reaches most of the standard preset's score in a fraction of its time (README, "Presets").
+# reaches most of the standard preset's score in a fraction of its time (docs/training.md, "Defaults and presets").
 QUICK_MAX_EXAMPLES = 2000
 MIN_STEPS_PER_EPOCH = 250
 # Optimiser steps each preset takes at least (quick's floor is one epoch of its 2,000-example sample,

@@ -7,7 +7,7 @@ then a run of the other, and each epoch ends on the short class. Measured on
 SMS (2,000 messages, 1 epoch, seeds 42/1/2/3, batch 16): that order scored
 0.9812 on average against 0.9862 for random batches; shuffling the buckets gave
 0.9826, and also spreading each class evenly over the batches 0.9848 (0.9866
-at batch 8, the default for this size). The README's "Measured figures" has
+at batch 8, the default for this size). docs/training.md, "Measured figures", has
 every order on SMS and TREC.
 
 Here the examples are cut into windows, sorted by length inside each window and

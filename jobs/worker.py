@@ -178,7 +178,7 @@ class Worker:
         free = self._free_gpus()
         # A prediction or evaluation job is one process on one device: it has no data-parallel variant.
         wanted = max(1, int(claimed.spec.get("gpus") or 1)) if claimed.kind == KIND_TRAIN else 1
-        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in the README, "GPUs").
+        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in docs/runs-and-queue.md, "GPUs").
         try:
             gpus = tuple(free[:wanted])
             job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,

@@ -1,7 +1,7 @@
 """Every setting of the workbench, declared once as data.
 
 Each setting has a name, a default and a help text, and is read from the
-environment variable ``WORKBENCH_<NAME>``. The README documents every one of
+environment variable ``WORKBENCH_<NAME>``. docs/settings.md documents every one of
 them (a test checks this), so add a row there when you add one here.
 
 They live on the bottom floor because every floor reads them: ``home`` and

@@ -295,10 +295,10 @@ def test_a_trial_of_the_space_must_make_a_valid_run():
 
 # -- valid specs still load ----------------------------------------------------------------------------------
 
-def test_the_readme_sweep_spec_loads(cli, wb, dataset_id):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"\*\*The spec\*\*.*?```yaml\n(.*?)```", readme, re.S).group(1)
-    raw = load_yaml(block, "README.md")
+def test_the_documented_sweep_spec_loads(cli, wb, dataset_id):
+    page = (ROOT / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    block = re.search(r"\*\*The spec\*\*.*?```yaml\n(.*?)```", page, re.S).group(1)
+    raw = load_yaml(block, "docs/sweeps.md")
     raw["base"]["data"] = {"dataset_id": dataset_id}
     spec = SweepSpec.from_dict(raw)
     assert (spec.metric, spec.n_trials, spec.space["learning_rate"].log) == ("accuracy", 12, True)

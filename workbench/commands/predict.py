@@ -2,7 +2,7 @@
 
 Both queue a job (a run of kind "predict" or "evaluate") and print its id; with ``--wait`` they block
 until it ends, running it in this process when no worker is alive, as ``train --wait`` does. The
-``--json`` output is a contract (README, "CLI contract"): predict prints ``{"id", "status", "rows",
+``--json`` output is a contract (docs/cli.md, "CLI contract"): predict prints ``{"id", "status", "rows",
 "output"}``, evaluate ``{"id", "status", "metrics", "dataset_id"}``, both with ``error``.
 """
 from __future__ import annotations
