@@ -201,3 +201,18 @@ def test_auto_keeps_the_raw_scores_when_the_validation_split_cannot_pin_the_temp
     assert metrics["ece_calibrated"] < metrics["ece"]  # it would lower the ECE here ...
     assert tables["calibration"]["model"]["applied"] is False  # ... by making every answer near-certain
     assert calibrate(logits, labels, ["a", "b"], False, "on")[1]["calibration"]["model"]["applied"] is True
+
+
+def test_auto_keeps_the_raw_scores_when_every_validation_example_is_right(monkeypatch):
+    """Measured on SMS (1,000 messages): 100 of 100 validation messages right, the search stopped at T = 0.12
+    inside its range with ECE 0; applied, it would make the model over-confident on new messages."""
+    from jobs.tasks.classification import calibrate
+
+    monkeypatch.setattr(calibration, "fit_temperature", lambda *a, **k: 0.12)
+    logits = np.array([[4.0, 0.0], [0.0, 3.0], [2.0, 0.0], [0.0, 5.0]] * 4)
+    labels = np.array([0, 1, 0, 1] * 4)
+    metrics, tables = calibrate(logits, labels, ["a", "b"], False, "auto")
+    assert metrics["ece_calibrated"] < metrics["ece"] and tables["calibration"]["model"]["applied"] is False
+    multi = calibrate(np.array([[3.0, -2.0], [-1.0, 4.0]] * 4), np.array([[1, 0], [0, 1]] * 4), ["a", "b"], True,
+                      "auto")
+    assert multi[1]["calibration"]["model"]["applied"] is False
