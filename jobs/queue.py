@@ -62,13 +62,20 @@ def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Option
     budget = (select(Sweep.n_trials).where(Sweep.id == sweep_id).scalar_subquery()
               if sweep_id is not None else None)
     with db.session() as session:
-        run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
-                  dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, priority=priority,
-                  sweep_id=sweep_id, trial_number=trial_number, sweep_n_trials=budget, estimate=estimate)
-        session.add(run)
-        session.flush()
-        run.output_dir = str(Path(runs_dir) / str(run.id))
-        return run.id
+        return add_queued_run(session, spec, runs_dir, parent_run_id=parent_run_id, priority=priority,
+                              sweep_id=sweep_id, trial_number=trial_number, sweep_n_trials=budget,
+                              estimate=estimate).id
+
+
+def add_queued_run(session: Any, spec: RunSpec, runs_dir: Path, **columns: Any) -> Run:
+    """Add a queued training run for ``spec`` to ``session`` (flushed: it has its id and its folder under
+    ``runs_dir``), with ``columns`` set; ``submit`` and a seed group's runs, inserted together, use it."""
+    run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
+              dataset_id=spec.data.dataset_id or None, **columns)
+    session.add(run)
+    session.flush()
+    run.output_dir = str(Path(runs_dir) / str(run.id))
+    return run
 
 
 def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *, parent_run_id: int, task: str,

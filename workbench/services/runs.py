@@ -599,15 +599,12 @@ def _queue_group(wb: Workbench, specs: list[RunSpec], *, group: Optional[int], p
                 session.execute(update(Run).where(Run.id == first[0], Run.seed_group.is_(None))
                                 .values(seed_group=group, group_seed=first[1]))
             for spec in specs:
-                run = Run(name=spec.name, task=spec.task, model=spec.model, status=QUEUED, spec=spec.to_dict(),
-                          dataset_id=spec.data.dataset_id or None, parent_run_id=parent_run_id, estimate=estimate,
-                          seed_group=group, group_seed=spec.train.seed if group is not None else None)
-                session.add(run)
-                session.flush()
+                run = queue.add_queued_run(session, spec, wb.settings.runs_dir, parent_run_id=parent_run_id,
+                                           estimate=estimate, seed_group=group,
+                                           group_seed=spec.train.seed if group is not None else None)
                 if group is None:
                     group = run.seed_group = run.id
                     run.group_seed = spec.train.seed
-                run.output_dir = str(Path(wb.settings.runs_dir) / str(run.id))
                 ids.append(run.id)
     except IntegrityError as exc:
         raise InvalidState(f"seed group {group} already has one of the seeds "
