@@ -11,7 +11,7 @@ Pure numpy: the outcomes are read from ``outcomes.npz`` (``jobs.outcomes``), nev
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -202,13 +202,16 @@ def best_group(runs_columns: Sequence[np.ndarray], statistic: Statistic, resampl
                level: float = LEVEL, seed: int = SEED) -> list[bool]:
     """For k runs scored on the same units: True for the best run and for every run whose difference from
     it has a paired interval that holds 0 (not distinguishable from the best)."""
+    _, results = against_best(runs_columns, statistic, resamples, level, seed)
+    return [result is None or result["low"] <= 0 <= result["high"] for result in results]
+
+
+def against_best(runs_columns: Sequence[np.ndarray], statistic: Statistic, resamples: int = RESAMPLES,
+                 level: float = LEVEL, seed: int = SEED) -> tuple[int, list[Optional[dict]]]:
+    """The index of the best of k runs scored on the same units, and each run's ``paired_bootstrap`` against
+    it (None for the best run itself)."""
     values = [float(statistic(_as_columns(c).sum(axis=0))) for c in runs_columns]
     best = int(np.argmax(values))
-    marks = []
-    for index, columns in enumerate(runs_columns):
-        if index == best:
-            marks.append(True)
-            continue
-        result = paired_bootstrap(runs_columns[best], columns, statistic, resamples, level, seed)
-        marks.append(result["low"] <= 0 <= result["high"])
-    return marks
+    return best, [None if index == best else paired_bootstrap(runs_columns[best], columns, statistic, resamples,
+                                                              level, seed)
+                  for index, columns in enumerate(runs_columns)]

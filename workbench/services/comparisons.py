@@ -57,11 +57,11 @@ def rank_runs(wb: Workbench, run_ids: Sequence[int], metric: Optional[str] = Non
     orders = [_pairing(loaded[0], other) for other in loaded]
     name, statistic, _ = _metric(loaded[0], metric)
     columns = [_columns(item, name)[order] for item, order in zip(loaded, orders)]
-    marks = stats.best_group(columns, statistic)
-    best = int(np.argmax([float(statistic(cols.sum(axis=0))) for cols in columns]))  # as best_group chose it
-    rows = [{**_summary(run_id, cols, statistic), "with_best": mark,
-             "p_value": None if index == best else stats.paired_bootstrap(columns[best], cols, statistic)["p_value"]}
-            for index, (run_id, cols, mark) in enumerate(zip(run_ids, columns, marks))]
+    _, against = stats.against_best(columns, statistic)
+    rows = [{**_summary(run_id, cols, statistic),
+             "with_best": paired is None or paired["low"] <= 0 <= paired["high"],
+             "p_value": None if paired is None else paired["p_value"]}
+            for run_id, cols, paired in zip(run_ids, columns, against)]
     return sorted(rows, key=lambda row: -row["value"])
 
 
