@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot, tiny_model
+from tests.browser.conftest import Server, goto_ready, reload_ready, wait_ready, screenshot, tiny_model
 from tests.conftest import DATA_DIR, ROOT
 
 pytestmark = pytest.mark.browser
@@ -158,6 +158,7 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
 def select_run(page, server, rid: int) -> None:
     goto_ready(page, server.url)
     open_tab(page, "Runs")
+    wait_ready(page)  # the tab's own refresh has answered
     box = page.locator("#runs-selected input")
     box.fill(str(rid))
     box.press("Enter")

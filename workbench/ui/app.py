@@ -175,7 +175,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         load_fn, load_inputs = runs.on_load
         demo.load(load_fn, load_inputs, runs.load_outputs)
         # Opening the tab shows fresh rows at once instead of at the next tick.
-        runs_tab_item.select(load_fn, load_inputs, runs.load_outputs, show_progress="hidden")
+        runs_tab_item.select(*runs.refresh_rows, show_progress="hidden")
         demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
         best_opened = _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
         _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened])

@@ -419,6 +419,9 @@ class RunsTab:
     clone: gr.Button
     load_outputs: list
     on_load: Any
+    # (fn, inputs, outputs) that read the table page again and nothing else: opening the tab must not answer
+    # for the run that was selected when it was clicked (a later selection would be painted over)
+    refresh_rows: tuple
     run_buttons: list  # disabled until a run is selected
     opens: list  # the events that put another run (or none) in run_id: the app keeps the address on it
 
@@ -635,7 +638,9 @@ def build(wb) -> RunsTab:
 
     return RunsTab(run_id=actions.run_id, table=listing.table, clone=actions.clone,
                    load_outputs=[listing.table, listing.caption, *details.outputs, shown_key],
-                   on_load=(on_load, [*listing.inputs, actions.run_id]), run_buttons=run_buttons, opens=opens)
+                   on_load=(on_load, [*listing.inputs, actions.run_id]),
+                   refresh_rows=(lambda *a: list_page(wb, *a), listing.inputs, [listing.table, listing.caption]),
+                   run_buttons=run_buttons, opens=opens)
 
 
 def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list, shown_key: gr.State,
