@@ -110,7 +110,11 @@ def test_classification_on_its_validation_file_gives_the_runs_metrics(classifier
     assert saved["rows"] == 18 and saved["test_set"] == "ds-test" and saved["model_run"] == 7
     assert saved["hyperparameters"] == classifier.metrics["hyperparameters"] and saved["seconds"] >= 0
     # the calibration is the run's own, fitted on its validation split when it trained: an evaluation fits none
-    _assert_same_tables(tables, {k: v for k, v in classifier.tables().items() if k != "calibration"})
+    # and applies the stored one; on the same examples its ECE is the run's
+    _assert_same_tables({k: v for k, v in tables.items() if k != "calibration"},
+                        {k: v for k, v in classifier.tables().items() if k != "calibration"})
+    assert tables["calibration"]["setting"] == "stored"
+    assert metrics["ece"] == pytest.approx(classifier.metrics["ece"], abs=1e-4)
     assert [(r["text"], r["gold"], r["predicted"], r["correct"]) for r in rows] == \
         [(r["text"], r["gold"], r["predicted"], r["correct"]) for r in classifier.rows()]
     assert [r["gold_score"] for r in rows] == pytest.approx([r["gold_score"] for r in classifier.rows()], abs=2e-4)
@@ -118,6 +122,27 @@ def test_classification_on_its_validation_file_gives_the_runs_metrics(classifier
     assert reporter.steps[-1] == (18, 18, 0.0) and all(done <= 18 for done, _, _ in reporter.steps)
     assert [name for name, _, _ in reporter.phases][-1] == "writing predictions"
     assert not list((tmp_path / "eval").glob(".*.tmp"))
+
+
+def test_a_test_set_is_scored_with_the_runs_stored_temperature_not_a_refitted_one(classifier, tmp_path):
+    from jobs import calibration as cal
+    from jobs.inference import CALIBRATION_FILE
+
+    stored = Path(classifier.ref.model_dir) / CALIBRATION_FILE
+    kept = stored.read_text() if stored.is_file() else None
+    try:
+        stored.write_text(json.dumps({"temperature": 2.0, "applied": True}))
+        metrics = _evaluate(classifier, [classifier.validation], tmp_path / "eval")
+    finally:
+        stored.write_text(kept) if kept is not None else stored.unlink()
+    tables = json.loads((tmp_path / "eval" / "tables.json").read_text())
+    assert metrics["temperature"] == 2.0 and tables["calibration"]["applied"] is True
+    assert metrics["ece"] == pytest.approx(classifier.metrics["ece"], abs=1e-4)  # the raw scores' ECE
+    # the served scores are the logits halved: their ECE, recomputed from the written rows' raw logits, differs
+    assert metrics["ece_calibrated"] != pytest.approx(metrics["ece"], abs=1e-6)
+    assert tables["calibration"]["bins_calibrated"] != tables["calibration"]["bins"]
+    assert metrics["accuracy"] == pytest.approx(classifier.metrics["accuracy"], abs=1e-6)  # argmax unchanged
+    assert cal.DEFAULT_THRESHOLD == 0.5
 
 
 def test_a_test_set_in_another_label_order_with_some_classes_missing_scores_by_the_models_ids(classifier, tmp_path):

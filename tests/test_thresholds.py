@@ -48,6 +48,30 @@ def test_a_multi_label_run_reports_its_metrics_at_half_and_at_the_tuned_threshol
     assert metrics["f1_macro_tuned"] > f1_score(gold, at_half, average="macro", zero_division=0) + 0.1
 
 
+def test_a_test_set_is_decided_at_the_thresholds_stored_from_validation_never_retuned():
+    from sklearn.metrics import f1_score
+
+    from jobs.tasks.classification import apply_stored, calibrate
+
+    rng = np.random.default_rng(1)
+    gold = (rng.random((800, 3)) < [0.5, 0.2, 0.3]).astype(int)
+    logits = rng.normal(-2.0, 1.0, size=gold.shape) + 1.5 * gold
+    _, tables = calibrate(logits[:400], gold[:400], ["a", "b", "c"], True, "off")
+    saved = tables["calibration"]["model"]
+    stored = Calibration(thresholds=saved["thresholds"])
+    metrics, test_tables = apply_stored(logits[400:], gold[400:], ["a", "b", "c"], True, stored)
+    decided = calibration.decide_multi_label(calibration.sigmoid(logits[400:]),
+                                             [saved["thresholds"][n] for n in "abc"])
+    assert metrics["f1_macro_tuned"] == pytest.approx(f1_score(gold[400:], decided, average="macro"))
+    assert [e["threshold"] for e in test_tables["per_class"]] == [saved["thresholds"][n] for n in "abc"]
+    # and a binary model's positive threshold, hand-counted
+    binary = np.array([[0.0, 2.0], [0.0, -1.0], [0.0, 0.2], [0.0, -3.0]])  # P(pos) = .88, .27, .55, .05
+    metrics, _ = apply_stored(binary, np.array([1, 1, 0, 0]), ["neg", "pos"], False,
+                              Calibration(positive="pos", positive_threshold=0.25))
+    assert (metrics["precision_tuned"], metrics["recall_tuned"], metrics["accuracy_tuned"]) == \
+        pytest.approx((2 / 3, 1.0, 0.75))
+
+
 def test_multi_label_decisions_use_each_class_threshold():
     logits = np.log(np.array([[0.3, 0.6, 0.4]]) / (1 - np.array([[0.3, 0.6, 0.4]])))  # sigmoid gives these back
     probs, decided = apply_calibration(logits, ["a", "b", "c"], True, Calibration(thresholds={"a": 0.25, "b": 0.7}))

@@ -208,6 +208,10 @@ def _evaluate_with_trainer(spec: PredictSpec, model_ref: ModelRef, module, recor
             log.warning("tags the model never saw count as wrong: %s", json.dumps(unseen))
     tokenizer = _load_tokenizer(path, config, task)
     prepared = module.prepare(_stand_in_train(module, records), records, tokenizer, config, run_hp)
+    if task == "text-classification":  # scored with the temperature and thresholds the model predicts with
+        from jobs.inference import load_calibration
+
+        prepared.extra["stored_calibration"] = load_calibration(path)
     model = module.build_model(path, prepared, config)
     _same_labels(model, run_hp, path)
     _attention_path(model, config, task, device, run_hp.get("precision", "auto"), prepared)

@@ -204,9 +204,14 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
     logits = predictions.predictions[0] if isinstance(predictions.predictions, tuple) else predictions.predictions
     multi = prepared.extra["multi_label"]
     metrics, tables = compute_metrics_arrays(logits, predictions.label_ids, prepared.labels, multi)
+    found_metrics = found_tables = None
     if prepared.extra.get("calibrate"):
         found_metrics, found_tables = calibrate(logits, predictions.label_ids, prepared.labels, multi,
                                                 prepared.extra["calibrate"], prepared.extra.get("threshold", "none"))
+    elif prepared.extra.get("stored_calibration") is not None:  # a test set: the run's own calibration, not refitted
+        found_metrics, found_tables = apply_stored(logits, predictions.label_ids, prepared.labels, multi,
+                                                   prepared.extra["stored_calibration"])
+    if found_metrics is not None:
         metrics.update(found_metrics)
         for entry, tuned in zip(tables["per_class"], found_tables.pop("per_class", ())):
             entry.update(tuned)
@@ -263,6 +268,47 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_la
     elif target != "none":
         log.info("train.threshold %s is for binary classification; this run has %d classes", target, len(names))
     tables["calibration"]["model"] = saved
+    return metrics, tables
+
+
+def apply_stored(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_label: bool,
+                 stored) -> tuple[dict, dict]:
+    """The run's stored calibration (``jobs.inference.Calibration``, fitted on its validation split) applied
+    to other examples, a test set: the ECE of the raw and of the served scores, and the metrics at the
+    stored decision thresholds beside those at 0.5 / the most probable class. Nothing is fitted here: a
+    threshold tuned on the test set itself would flatter it."""
+    from jobs import calibration as cal
+
+    logits, labels = np.asarray(logits, dtype=np.float64), np.asarray(labels)
+    before = cal.probabilities(logits, multi_label)
+    served = cal.probabilities(logits, multi_label, stored.temperature) if stored.calibrated else before
+    ece, ece_served = (cal.expected_calibration_error(p, labels, multi_label) for p in (before, served))
+    metrics: dict = {"ece": round(ece, 6), "ece_calibrated": round(ece_served, 6),
+                     "temperature": round(stored.temperature, 6)}
+    tables: dict = {"calibration": {"setting": "stored", "applied": stored.calibrated,
+                                    "temperature": metrics["temperature"], "ece": metrics["ece"],
+                                    "ece_calibrated": metrics["ece_calibrated"],
+                                    "bins": cal.reliability_bins(before, labels, multi_label),
+                                    "bins_calibrated": cal.reliability_bins(served, labels, multi_label)}}
+    if multi_label and stored.thresholds:
+        from sklearn.metrics import f1_score
+
+        thresholds = [float(stored.thresholds.get(name, cal.DEFAULT_THRESHOLD)) for name in names]
+        gold, tuned = labels.astype(int), cal.decide_multi_label(served, thresholds)
+        metrics.update({"f1_macro_tuned": float(f1_score(gold, tuned, average="macro", zero_division=0)),
+                        "f1_micro_tuned": float(f1_score(gold, tuned, average="micro", zero_division=0)),
+                        "accuracy_tuned": float((tuned == gold).all(axis=1).mean())})
+        per_class = f1_score(gold, tuned, average=None, zero_division=0)
+        tables["per_class"] = [{"threshold": t, "f1_tuned": float(f)} for t, f in zip(thresholds, per_class)]
+    elif not multi_label and stored.positive in names and stored.positive_threshold is not None:
+        positive = names.index(stored.positive)
+        gold, decided = labels.astype(int) == positive, served[:, positive] >= stored.positive_threshold
+        tp, fp, fn = int((decided & gold).sum()), int((decided & ~gold).sum()), int((~decided & gold).sum())
+        metrics.update({"positive_threshold": stored.positive_threshold,
+                        "precision_tuned": tp / (tp + fp) if tp + fp else 0.0,
+                        "recall_tuned": tp / (tp + fn) if tp + fn else 0.0,
+                        "f1_tuned": 2 * tp / (2 * tp + fp + fn) if tp else 0.0,
+                        "accuracy_tuned": float((decided == gold).mean())})
     return metrics, tables
 
 
