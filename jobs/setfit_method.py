@@ -251,6 +251,9 @@ def train_setfit(spec, output_dir: Path, reporter, hp: dict, path: str, train: l
     logits = predict_logits(classifier, tokenizer, [r["text"] for r in validation], hp["max_length"])
     gold = np.asarray([classification.encode_label(r["label"], label2id, False) for r in validation])
     metrics, tables = classification.compute_metrics_arrays(logits, gold, names, False)
+    # the head's logits get a temperature and a positive-class threshold as a fine-tuned run's do
+    classification.merge_calibration(metrics, tables, *classification.calibrate(
+        logits, gold, names, False, spec.train.calibrate, spec.train.threshold))
     rows = classification.prediction_rows(validation, logits, names, False)
     final_eval_seconds = time.perf_counter() - final_started
     if spec.data.predict_path:

@@ -110,7 +110,14 @@ def test_setfit_run_end_to_end_on_a_tiny_sentence_model(tmp_path):
     ours = np.array([[r["scores"][name] for name in ("neg", "pos")] for r in predictor.predict(
         [{"text": t} for t in texts])])
     theirs = np.asarray(SetFitModel.from_pretrained(str(out / "model")).predict_proba(texts))
-    assert np.allclose(ours, theirs, atol=1e-4)
+    # the run fitted a temperature on its validation split, as a fine-tuned run does; the playground serves
+    # the library's probabilities at that temperature (softmax(log p / T))
+    assert metrics["ece"] >= 0 and "temperature" in metrics
+    stored = json.loads((out / "model" / "calibration.json").read_text())
+    temperature = stored["temperature"] if stored["applied"] else 1.0
+    assert predictor.calibrated is stored["applied"]
+    scaled = theirs ** (1 / temperature)
+    assert np.allclose(ours, scaled / scaled.sum(axis=1, keepdims=True), atol=1e-4)
     maps = attention_maps(predictor, texts[0])
     assert (maps.layers, maps.heads) == (2, 2) and maps.weights.shape[-1] == len(maps.tokens)
 

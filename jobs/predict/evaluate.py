@@ -337,6 +337,10 @@ def _evaluate_setfit(model_ref: ModelRef, records: list[dict], origins, hp: dict
     label2id = {name: i for i, name in enumerate(names)}
     gold = np.asarray([classification.encode_label(r["label"], label2id, False) for r in records])
     metrics, tables = classification.compute_metrics_arrays(logits, gold, names, False)
+    from jobs.inference import load_calibration
+
+    classification.merge_calibration(metrics, tables, *classification.apply_stored(
+        logits, gold, names, False, load_calibration(model_ref.model_dir)))
     return Evaluation(metrics, tables, classification.prediction_rows(records, logits, names, False))
 
 

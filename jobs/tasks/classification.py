@@ -212,11 +212,17 @@ def evaluate(prepared: Prepared, predictions) -> Evaluation:
         found_metrics, found_tables = apply_stored(logits, predictions.label_ids, prepared.labels, multi,
                                                    prepared.extra["stored_calibration"])
     if found_metrics is not None:
-        metrics.update(found_metrics)
-        for entry, tuned in zip(tables["per_class"], found_tables.pop("per_class", ())):
-            entry.update(tuned)
-        tables.update(found_tables)
+        merge_calibration(metrics, tables, found_metrics, found_tables)
     return Evaluation(metrics, tables, prediction_rows(prepared.validation_records, logits, prepared.labels, multi))
+
+
+def merge_calibration(metrics: dict, tables: dict, found_metrics: dict, found_tables: dict) -> None:
+    """Fold what ``calibrate`` or ``apply_stored`` found into an evaluation's metrics and tables (in place):
+    the per-class thresholds join the per-class rows."""
+    metrics.update(found_metrics)
+    for entry, tuned in zip(tables["per_class"], found_tables.pop("per_class", ())):
+        entry.update(tuned)
+    tables.update(found_tables)
 
 
 def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_label: bool, setting: str,
