@@ -211,3 +211,35 @@ def test_the_best_run_publishes_with_a_token_and_its_details_read_plainly(sweep_
     assert not page.locator("#run-metric-details").is_visible()  # the bookkeeping stays collapsed
     page.get_by_text("Details: everything else the run recorded").click()
     wait_text(page, "#run-metric-details", "resumed_from")
+
+
+def test_confirming_the_top_trials_and_repeating_a_run_queue_seed_groups_the_views_then_rank(sweep_server, home_wb,
+                                                                                            page):
+    """Issue 24's buttons: "Confirm the top 3 with 3 seeds" queues two more seeds of each of the best trials;
+    once they ran (the fake runner, here) the trials table shows each confirmed trial's mean ± std. "Repeat
+    with N seeds" on a run queues its seed group. (Last in the module: it adds runs to the shared home.)"""
+    server, sweep_id, best = sweep_server
+    goto_ready(page, server.url)
+    page.get_by_role("tab", name="Sweeps").click()
+    wait_text(page, "#sweep-progress", "finished")
+    page.locator("#sweep-confirm").click()
+    wait_text(page, "#sweep-action", "with seeds")
+    said = page.locator("#sweep-action").inner_text()
+    assert said.count("queued runs") == 3, said
+    worker = Worker(home_wb, InProcessRunner(home_wb), max_jobs=2, gpus=[])
+    try:
+        assert wait_until(lambda: not [r for r in runs_service.list_runs(home_wb) if r["status"] in ("queued", "running")],
+                          120, worker.loop_once)
+    finally:
+        worker.shutdown()
+    reload_ready(page)
+    page.get_by_role("tab", name="Sweeps").click()
+    wait_text(page, "#sweep-trials-table", "±")  # mean ± std over the 3 seeds of a confirmed trial
+    # Repeat with N seeds, from the best run's page: its group has 3 seeds now, 5 queues two more
+    goto_ready(page, f"{server.url}/?run={best['run_id']}")
+    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    box = page.locator("#runs-seeds input")
+    box.fill("5")
+    page.locator("#runs-repeat").click()
+    wait_text(page, "#runs-action-status", "Queued runs")
+    assert re.search(r"Queued runs \d+, \d+ with seeds", page.locator("#runs-action-status").inner_text())
