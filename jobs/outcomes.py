@@ -11,9 +11,13 @@
   (seqeval's entities, whose sums give the run's entity F1);
 - question answering: ``exact_match`` and ``f1`` (0..1, the best over the gold answers).
 
+- masked LM: per validation block (a window of ``max_length`` tokens, masked once with a fixed seed),
+  ``loss_sum`` (the summed cross-entropy over its masked tokens) and ``tokens`` (how many): perplexity is
+  exp(Σ loss_sum / Σ tokens), resampled by blocks.
+
 They are read back from the evaluation's rows (``predictions.jsonl``'s), which every task writes in
-record order: a SetFit run, an engine run and an evaluation job all get them the same way. Masked-LM
-runs keep no per-example rows, so they get no outcomes and no intervals.
+record order: a SetFit run, an engine run and an evaluation job all get them the same way. A masked-LM
+evaluation has no rows: its task module hands its per-block arrays over as ``Evaluation.outcomes``.
 """
 from __future__ import annotations
 
@@ -125,6 +129,8 @@ def metric_columns(outcomes: dict) -> dict[str, tuple[str, np.ndarray]]:
         return found
     if task == "question-answering":
         return {name: ("ratio", np.stack([100.0 * outcomes[name], ones], axis=1)) for name in ("f1", "exact_match")}
+    if task == "masked-lm":
+        return {"perplexity": ("perplexity", np.stack([outcomes["loss_sum"], outcomes["tokens"]], axis=1))}
     return {}
 
 
@@ -165,7 +171,8 @@ def save_outcomes(output_dir: Path, evaluation) -> dict:
     intervals ({} is returned).
     """
     try:
-        outcomes = outcomes_from_rows(evaluation.predictions, evaluation.tables)
+        outcomes = getattr(evaluation, "outcomes", None) or outcomes_from_rows(evaluation.predictions,
+                                                                               evaluation.tables)
         if outcomes is None:
             return {}
         write_outcomes(Path(output_dir) / OUTCOMES_FILE, outcomes)

@@ -57,8 +57,16 @@ def macro_f1(summed: np.ndarray) -> np.ndarray:
     return f1(per_class).mean(axis=-1)
 
 
+def perplexity(summed: np.ndarray) -> np.ndarray:
+    """Columns ``[summed cross-entropy, scored tokens]`` of masked-LM blocks: exp(loss per token). Lower is
+    better (``LOWER_IS_BETTER``)."""
+    summed = np.asarray(summed, dtype=np.float64)
+    return np.exp(np.minimum(_divide(summed[..., 0], summed[..., 1]), 50.0))
+
+
 STATISTICS: dict[str, Statistic] = {"ratio": ratio, "f1": f1, "precision": precision, "recall": recall,
-                                    "macro_f1": macro_f1}
+                                    "macro_f1": macro_f1, "perplexity": perplexity}
+LOWER_IS_BETTER = {"perplexity"}  # metric names whose best run is the lowest
 
 
 def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
@@ -179,19 +187,26 @@ def verdict(metric: str, name_a: str, name_b: str, result: dict, scale: float = 
     """One sentence on ``paired_bootstrap``'s ``result`` (B minus A), differences in points (× ``scale``).
 
     "run 4 is better than run 3 by 1.2 points of accuracy (95 % CI 0.3–2.1, p = 0.01)", or "no detectable
-    difference …" when the interval holds 0.
+    difference …" when the interval holds 0. For a metric in ``LOWER_IS_BETTER`` (perplexity) the lower run
+    is the better one and the difference reads in the metric's own units.
     """
     level = f"{result['level'] * 100:g} %"
     diff, low, high = (result[k] * scale for k in ("difference", "low", "high"))
     p = _p_text(result["p_value"])
+    unit = "" if metric in LOWER_IS_BETTER else " points"
     if low <= 0 <= high:
         return (f"no detectable difference in {metric} between {name_a} and {name_b}: {name_b} minus {name_a} "
-                f"is {diff:+.2f} points ({level} CI {low:+.2f} to {high:+.2f}, {p})")
-    if diff > 0:
-        better, worse, by, lo, hi = name_b, name_a, diff, low, high
+                f"is {diff:+.2f}{unit} ({level} CI {low:+.2f} to {high:+.2f}, {p})")
+    b_higher = diff > 0
+    if b_higher != (metric in LOWER_IS_BETTER):
+        better, worse = name_b, name_a
     else:
-        better, worse, by, lo, hi = name_a, name_b, -diff, -high, -low
-    return f"{better} is better than {worse} by {by:.2f} points of {metric} ({level} CI {lo:.2f}–{hi:.2f}, {p})"
+        better, worse = name_a, name_b
+    by, lo, hi = (diff, low, high) if b_higher else (-diff, -high, -low)
+    if metric in LOWER_IS_BETTER:
+        return (f"{better} is better than {worse}: its {metric} is lower by {by:.2f} ({level} CI {lo:.2f}–{hi:.2f}, "
+                f"{p})")
+    return f"{better} is better than {worse} by {by:.2f}{unit} of {metric} ({level} CI {lo:.2f}–{hi:.2f}, {p})"
 
 
 def _p_text(p: float) -> str:
@@ -199,19 +214,20 @@ def _p_text(p: float) -> str:
 
 
 def best_group(runs_columns: Sequence[np.ndarray], statistic: Statistic, resamples: int = RESAMPLES,
-               level: float = LEVEL, seed: int = SEED) -> list[bool]:
+               level: float = LEVEL, seed: int = SEED, lower_is_better: bool = False) -> list[bool]:
     """For k runs scored on the same units: True for the best run and for every run whose difference from
     it has a paired interval that holds 0 (not distinguishable from the best)."""
-    _, results = against_best(runs_columns, statistic, resamples, level, seed)
+    _, results = against_best(runs_columns, statistic, resamples, level, seed, lower_is_better)
     return [result is None or result["low"] <= 0 <= result["high"] for result in results]
 
 
 def against_best(runs_columns: Sequence[np.ndarray], statistic: Statistic, resamples: int = RESAMPLES,
-                 level: float = LEVEL, seed: int = SEED) -> tuple[int, list[Optional[dict]]]:
-    """The index of the best of k runs scored on the same units, and each run's ``paired_bootstrap`` against
-    it (None for the best run itself)."""
+                 level: float = LEVEL, seed: int = SEED, lower_is_better: bool = False
+                 ) -> tuple[int, list[Optional[dict]]]:
+    """The index of the best of k runs scored on the same units (the lowest with ``lower_is_better``), and
+    each run's ``paired_bootstrap`` against it (None for the best run itself)."""
     values = [float(statistic(_as_columns(c).sum(axis=0))) for c in runs_columns]
-    best = int(np.argmax(values))
+    best = int(np.argmin(values) if lower_is_better else np.argmax(values))
     return best, [None if index == best else paired_bootstrap(runs_columns[best], columns, statistic, resamples,
                                                               level, seed)
                   for index, columns in enumerate(runs_columns)]

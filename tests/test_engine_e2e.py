@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from jobs.engine import run_training
@@ -226,6 +227,14 @@ def test_masked_lm_reports_perplexity_before_and_after(tiny, tmp_path):
     metrics = run_training(spec, tmp_path / "run", RecordingReporter())
     _outputs_ok(tmp_path / "run", 0)
     assert metrics["perplexity"] < metrics["perplexity_before"]
+    # its interval: blocks resampled; the blocks' own perplexity (token-weighted) sits inside it
+    from jobs.outcomes import OUTCOMES_FILE, read_outcomes
+
+    ci = metrics["metrics_ci"]["perplexity"]
+    saved = read_outcomes(tmp_path / "run" / OUTCOMES_FILE)
+    pooled = float(np.exp(saved["loss_sum"].sum() / saved["tokens"].sum()))
+    assert ci["low"] <= pooled <= ci["high"] and ci["low"] < ci["high"]
+    assert pooled == pytest.approx(metrics["perplexity"], rel=0.05)  # Trainer's mean of batch means, near it
     fill = pipeline("fill-mask", model=str(tmp_path / "run" / "model"))
     assert len(fill("the cat sat on the [MASK] .")) > 0
 

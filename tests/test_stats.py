@@ -150,6 +150,19 @@ def test_verdict_sentences():
         "(95 % CI -0.40 to +1.60, p = 0.310)")
 
 
+def test_perplexity_is_lower_better_in_verdicts_and_rankings():
+    # blocks' [summed loss, tokens]: run a at loss 2.0 per token, run b at 2.2 (higher perplexity: worse)
+    a = np.tile([[20.0, 10.0]], (200, 1))
+    b = np.tile([[22.0, 10.0]], (200, 1))
+    assert stats.perplexity(a.sum(axis=0)) == pytest.approx(np.exp(2.0))
+    result = stats.paired_bootstrap(a, b, stats.perplexity)  # b minus a > 0
+    assert stats.verdict("perplexity", "run 1", "run 2", result, scale=1.0).startswith(
+        "run 1 is better than run 2: its perplexity is lower by 1.64")
+    best, against = stats.against_best([b, a], stats.perplexity, lower_is_better=True)
+    assert best == 1 and against[1] is None
+    assert stats.best_group([b, a], stats.perplexity, lower_is_better=True) == [False, True]
+
+
 def test_runs_not_distinguishable_from_the_best():
     a = np.zeros(300)
     a[:270] = 1  # 0.90

@@ -33,6 +33,8 @@ class Evaluation:
     metrics: dict[str, float]
     tables: dict[str, Any]
     predictions: list[dict]
+    # per-unit arrays for ``jobs.outcomes`` when the rows cannot give them (masked-LM blocks' summed losses)
+    outcomes: Optional[dict] = None
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:

@@ -6,6 +6,7 @@ after training is measured on the same masked positions.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Optional, Sequence
 
@@ -140,9 +141,49 @@ def perplexity(loss: float) -> float:
 
 
 def evaluate_model(trainer, prepared: Prepared) -> Evaluation:
-    """Perplexity = exp(mean loss on the fixed masked validation positions)."""
+    """Perplexity = exp(mean loss on the fixed masked validation positions); with each block's summed loss
+    and masked-token count as its outcomes (``jobs.outcomes``: the perplexity's interval, paired comparisons)."""
     loss = float(trainer.evaluate(prepared.eval_dataset)["eval_loss"])
     metrics = {"perplexity": perplexity(loss), "mlm_loss": loss}
     if "perplexity_before" in prepared.extra:  # measured by the engine before the first step
         metrics["perplexity_before"] = prepared.extra["perplexity_before"]
-    return Evaluation(metrics, {}, [])
+    return Evaluation(metrics, {}, [], outcomes=block_outcomes(trainer, prepared.eval_dataset))
+
+
+def block_outcomes(trainer, dataset) -> Optional[dict]:
+    """Per validation block: a digest of its tokens and masked positions (``ids``), the summed cross-entropy of
+    its masked tokens (``loss_sum``) and their count (``tokens``); blocks with no masked token are left out.
+
+    One more pass over the blocks than ``Trainer.evaluate``, which keeps only the mean of its batches' losses.
+    """
+    import hashlib
+
+    import torch
+
+    model = trainer.model
+    model.eval()
+    ids, sums, counts = [], [], []
+    with torch.inference_mode():
+        for batch in trainer.get_eval_dataloader(dataset):
+            batch = trainer._prepare_inputs(batch)
+            labels = batch.pop("labels")
+            logits = model(**{k: v for k, v in batch.items() if k in ("input_ids", "attention_mask",
+                                                                         "token_type_ids")}).logits
+            token_loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels,
+                                                           ignore_index=-100, reduction="none")
+            scored = labels != -100
+            sums.extend((token_loss * scored).sum(dim=1).tolist())
+            counts.extend(scored.sum(dim=1).tolist())
+            for row, row_labels in zip(batch["input_ids"].tolist(), labels.tolist()):
+                ids.append(hashlib.sha1(json.dumps([row, row_labels]).encode()).hexdigest()[:16])
+    keep = [i for i, n in enumerate(counts) if n > 0]
+    if not keep:
+        return None
+    seen: dict[str, int] = {}
+    unique = []
+    for i in keep:  # a repeated block gets #2, #3... as jobs.outcomes.unit_ids does
+        seen[ids[i]] = seen.get(ids[i], 0) + 1
+        unique.append(ids[i] if seen[ids[i]] == 1 else f"{ids[i]}#{seen[ids[i]]}")
+    return {"task": np.asarray("masked-lm"), "ids": np.asarray(unique),
+            "loss_sum": np.asarray([sums[i] for i in keep], dtype=np.float64),
+            "tokens": np.asarray([counts[i] for i in keep], dtype=np.int64)}

@@ -35,7 +35,7 @@ def compare_runs(wb: Workbench, a: int, b: int, metric: Optional[str] = None) ->
     name, statistic, columns_a = _metric(first, metric)
     columns_b = _columns(second, name)[order]
     result = stats.paired_bootstrap(columns_a, columns_b, statistic)
-    scale = 1.0 if name in outcomes_io.PERCENT_METRICS else 100.0
+    scale = 1.0 if name in outcomes_io.PERCENT_METRICS or name in stats.LOWER_IS_BETTER else 100.0
     found = {"metric": name, "a": _summary(a, columns_a, statistic), "b": _summary(b, columns_b, statistic),
              "difference": result["difference"], "ci": [result["low"], result["high"]],
              "p_value": result["p_value"], "verdict": stats.verdict(name, f"run {a}", f"run {b}", result, scale),
@@ -57,12 +57,13 @@ def rank_runs(wb: Workbench, run_ids: Sequence[int], metric: Optional[str] = Non
     orders = [_pairing(loaded[0], other) for other in loaded]
     name, statistic, _ = _metric(loaded[0], metric)
     columns = [_columns(item, name)[order] for item, order in zip(loaded, orders)]
-    _, against = stats.against_best(columns, statistic)
+    lower = name in stats.LOWER_IS_BETTER
+    _, against = stats.against_best(columns, statistic, lower_is_better=lower)
     rows = [{**_summary(run_id, cols, statistic),
              "with_best": paired is None or paired["low"] <= 0 <= paired["high"],
              "p_value": None if paired is None else paired["p_value"]}
             for run_id, cols, paired in zip(run_ids, columns, against)]
-    return sorted(rows, key=lambda row: -row["value"])
+    return sorted(rows, key=lambda row: row["value"] if lower else -row["value"])
 
 
 def _columns(loaded: dict, name: str) -> np.ndarray:
