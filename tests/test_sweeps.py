@@ -376,13 +376,15 @@ def test_two_askers_interleaving_never_overshoot_n_trials(qwb, monkeypatch):
 
 
 def test_a_long_pass_renews_its_lease_so_nobody_else_asks_meanwhile(qwb, monkeypatch):
-    monkeypatch.setattr(engine, "LEASE_SECONDS", 1.0)
+    # a lease several times one trial's submit: on a loaded machine the rest of a pass's step (Optuna's ask,
+    # the renewal) took over 0.6 s with a 1 s lease, and the intruder won without anything being wrong
+    monkeypatch.setattr(engine, "LEASE_SECONDS", 2.5)
     spec = sweep_spec(qwb, n_trials=6, parallelism=6)
     sweep_id = bare_sweep(qwb, spec, "long-pass")
     real_submit, intruder_won = queue.submit, []
 
     def slow_submit(*args, **kwargs):
-        time.sleep(0.4)  # 6 trials: 2.4 s in all, more than twice the lease
+        time.sleep(0.8)  # 6 trials: 4.8 s in all, about twice the lease
         intruder_won.append(engine._take_lease(qwb.db, sweep_id, "intruder", dt.datetime.utcnow()))
         return real_submit(*args, **kwargs)
 

@@ -235,11 +235,12 @@ def test_confirming_the_top_trials_and_repeating_a_run_queue_seed_groups_the_vie
     reload_ready(page)
     page.get_by_role("tab", name="Sweeps").click()
     wait_text(page, "#sweep-trials-table", "±")  # mean ± std over the 3 seeds of a confirmed trial
-    # Repeat with N seeds, from the best run's page: its group has 3 seeds now, 5 queues two more
+    # Repeat with N seeds, from the best run's page: 5 seeds in all queues those its group lacks
     goto_ready(page, f"{server.url}/?run={best['run_id']}")
     page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
     box = page.locator("#runs-seeds input")
     box.fill("5")
     page.locator("#runs-repeat").click()
     wait_text(page, "#runs-action-status", "Queued runs")
-    assert re.search(r"Queued runs \d+, \d+ with seeds", page.locator("#runs-action-status").inner_text())
+    said = page.locator("#runs-action-status").inner_text()
+    assert re.search(rf"Queued runs \d+(, \d+)* with seeds \d+(, \d+)* \(group of run {best['run_id']}\)", said), said
