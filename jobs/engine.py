@@ -107,6 +107,17 @@ def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[
     return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
 
 
+def validation_records(spec: RunSpec) -> list[dict]:
+    """The run's validation records exactly as its training split them (its validation file, else the seeded
+    10 % of its training records): what the export's parity check compares PyTorch and ONNX on."""
+    from jobs.tasks import task_module
+
+    module = task_module(spec.task, spec.train.objective)
+    if spec.data.validation_path:
+        return module.read(spec.data.validation_path)
+    return _split_validation(module.read(spec.data.train_path), spec.train.seed)[1]
+
+
 def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
     """A seeded sample of at most ``cap`` records, kept in file order; all of them when they fit.
 

@@ -5,7 +5,8 @@ down, resolves the run's data files and parent model, trains through
 ``jobs.engine.run_training`` with a database-backed reporter, and records the
 outcome itself (conditional on still owning the attempt). A run of kind
 "predict" or "evaluate" instead puts its parent run's model to work through
-``jobs.predict`` (see ``jobs.predict.spec``), with the same outcomes. The exit
+``jobs.predict`` (see ``jobs.predict.spec``), and one of kind "export" writes it
+as ONNX through ``jobs.export``, with the same outcomes. The exit
 code tells the worker what happened; a process that dies without recording
 anything (a segfault, the OOM killer) is recorded by the worker from its exit signal.
 """
@@ -25,6 +26,8 @@ from typing import Any, Callable, Mapping, Optional
 from sqlalchemy import delete, select, tuple_, update
 
 from jobs import queue
+from jobs.export.runtime import latest_onnx_dir
+from jobs.export.spec import ExportSpec
 from jobs.failures import describe_exception, is_peer_loss, log_tail
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled
@@ -35,8 +38,8 @@ from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
 from storage.errors import TrainingError
-from storage.models import (CANCELLED, FAILED, KIND_PREDICT, KIND_TRAIN, PRUNED, SUCCEEDED, Artifact, MetricPoint,
-                            Run)
+from storage.models import (CANCELLED, FAILED, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, PRUNED, SUCCEEDED, Artifact,
+                            MetricPoint, Run)
 from storage.settings import Settings
 
 log = logging.getLogger("jobs.run_job")
@@ -46,7 +49,8 @@ WRITE_INTERVAL_S = 1.0
 
 TrainFn = Callable[..., Mapping[str, Any]]
 # predict_fn(spec, model, output_dir, reporter, device=...) and
-# evaluate_fn(spec, model, records_paths, output_dir, reporter, device=...): see jobs.predict.spec.
+# evaluate_fn(spec, model, records_paths, output_dir, reporter, device=...): see jobs.predict.spec;
+# export_fn(spec, model, run_spec, output_dir, reporter, device=...): see jobs.export.job.run_export.
 JobFn = Callable[..., Mapping[str, Any]]
 
 
@@ -234,6 +238,8 @@ TRAIN_ARTIFACTS = {"model": "model", "metrics.json": "metrics", "tables.json": "
 # at the top of its folder (the output of a prediction, ``predictions.jsonl`` of an evaluation). Files still
 # being written carry one of these suffixes and are never recorded.
 JOB_ARTIFACTS = {"metrics.json": "metrics", "tables.json": "tables"}
+# An export job's: its report, and the folder of ONNX variants with what loads them.
+EXPORT_ARTIFACTS = {"export.json": "metrics", "onnx": "onnx"}
 UNFINISHED_SUFFIXES = (".part", ".tmp", ".partial")
 
 
@@ -251,8 +257,9 @@ def _job_outputs(output_dir: Path) -> dict[Path, str]:
 
 
 def _record_artifacts(session, run_id: int, output_dir: Path, kind: str = KIND_TRAIN) -> None:
-    if kind == KIND_TRAIN:
-        found = {output_dir / name: art for name, art in TRAIN_ARTIFACTS.items() if (output_dir / name).exists()}
+    if kind in (KIND_TRAIN, KIND_EXPORT):
+        names = TRAIN_ARTIFACTS if kind == KIND_TRAIN else EXPORT_ARTIFACTS
+        found = {output_dir / name: art for name, art in names.items() if (output_dir / name).exists()}
     else:
         found = _job_outputs(output_dir)
     session.execute(delete(Artifact).where(Artifact.run_id == run_id))
@@ -266,12 +273,12 @@ def _final_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, predict_fn: Optional[JobFn] = None,
-            evaluate_fn: Optional[JobFn] = None) -> int:
+            evaluate_fn: Optional[JobFn] = None, export_fn: Optional[JobFn] = None) -> int:
     """Run one attempt of one run and record its outcome; returns the process exit code.
 
     The run's kind picks the work: training through ``train_fn``, a prediction through ``predict_fn``, an
-    evaluation through ``evaluate_fn`` (by default the real ones, imported only when needed). Cancel, a lost
-    lease and failures are recorded the same way for every kind."""
+    evaluation through ``evaluate_fn``, an ONNX export through ``export_fn`` (by default the real ones, imported
+    only when needed). Cancel, a lost lease and failures are recorded the same way for every kind."""
     with wb.db.session() as session:
         run = session.get(Run, run_id)
         if run is None or run.attempts != attempt:
@@ -280,6 +287,8 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
         raw_spec, output_dir, kind = dict(run.spec), Path(run.output_dir), run.kind
         sweep_id, trial_number = run.sweep_id, run.trial_number
     output_dir.mkdir(parents=True, exist_ok=True)
+    if kind == KIND_EXPORT:
+        return _execute_export(wb, run_id, attempt, raw_spec, output_dir, export_fn or _real_export)
     if kind != KIND_TRAIN:
         return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir,
                             predict_fn or _real_prediction, evaluate_fn or _real_evaluation)
@@ -334,6 +343,38 @@ def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: 
     return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
 
 
+def _execute_export(wb: Workbench, run_id: int, attempt: int, raw_spec: dict[str, Any], output_dir: Path,
+                    export_fn: JobFn) -> int:
+    """An ONNX export: the model's run resolved into a ``ModelRef`` and its training spec (whose validation
+    split the parity check scores on), the work handed over; the outcomes of ``_execute_job``."""
+    reporter = DbReporter(wb.db, run_id, attempt)
+    spec = None
+    try:
+        spec = ExportSpec.from_dict(raw_spec)
+        model = resolve_model(wb, spec.run_id)
+        run_spec = _model_run_spec(wb, spec.run_id)
+        log.info("run %s attempt %s: exporting run %s to ONNX", run_id, attempt, spec.run_id)
+        result = export_fn(spec, model, run_spec, output_dir, reporter, device=wb.settings.device)
+    except Cancelled:
+        return _stopped(wb, run_id, attempt, reporter)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the job
+        log.exception("run %s (export) failed", run_id)
+        reporter.flush()
+        _record_failure(wb, run_id, attempt, exc, spec, output_dir)
+        return EXIT_FAILED
+    return _succeeded(wb, run_id, attempt, reporter, output_dir, result, KIND_EXPORT)
+
+
+def _model_run_spec(wb: Workbench, run_id: int) -> RunSpec:
+    """The training spec of run ``run_id`` with its data files resolved (``resolve_spec``)."""
+    with wb.db.session() as session:
+        raw = session.scalar(select(Run.spec).where(Run.id == run_id))
+    if raw is None:
+        raise TrainingError(f"run {run_id}, whose model this job exports, no longer exists (it was deleted)",
+                            "export another run")
+    return resolve_spec(wb, RunSpec.from_dict(dict(raw)))[0]
+
+
 def resolve_model(wb: Workbench, run_id: int) -> ModelRef:
     """What a prediction needs of the model's run: its saved model, task, resolved hyper-parameters and labels.
     A run deleted since the job was queued, or one without a model folder, fails the job with a sentence."""
@@ -346,9 +387,10 @@ def resolve_model(wb: Workbench, run_id: int) -> ModelRef:
     if not row.output_dir or not model_dir.is_dir():
         raise TrainingError(f"run {run_id} has no saved model ({model_dir} is missing)",
                             "use a run that succeeded and still has its model folder")
+    onnx_dir = latest_onnx_dir(wb.db, run_id)  # what an ONNX runtime serves (PredictSpec.runtime)
     return ModelRef(run_id=run_id, task=row.task, model_dir=str(model_dir),
                     hyperparameters=_json_file(model_dir.parent / "metrics.json").get("hyperparameters") or {},
-                    labels=model_labels(model_dir))
+                    labels=model_labels(model_dir), onnx_dir=str(onnx_dir) if onnx_dir else None)
 
 
 def _json_file(path: Path) -> dict[str, Any]:
@@ -436,6 +478,12 @@ def _real_prediction(*args, **kwargs):
     return run_prediction(*args, **kwargs)
 
 
+def _real_export(*args, **kwargs):
+    from jobs.export.job import run_export  # torch and onnx, only in the job's process
+
+    return run_export(*args, **kwargs)
+
+
 def _real_evaluation(*args, **kwargs):
     from jobs.predict.evaluate import run_evaluation
 
@@ -443,7 +491,8 @@ def _real_evaluation(*args, **kwargs):
 
 
 def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *,
-         predict_fn: Optional[JobFn] = None, evaluate_fn: Optional[JobFn] = None) -> int:
+         predict_fn: Optional[JobFn] = None, evaluate_fn: Optional[JobFn] = None,
+         export_fn: Optional[JobFn] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.run_job", description=__doc__.splitlines()[0])
     parser.add_argument("run_id", type=int)
     parser.add_argument("--attempt", type=int, required=True)
@@ -460,7 +509,7 @@ def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *
     wb = Workbench(settings, Database(settings.database_url, migrate=False))
     try:
         code = execute(wb, args.run_id, args.attempt, train_fn or _real_training, predict_fn=predict_fn,
-                       evaluate_fn=evaluate_fn)
+                       evaluate_fn=evaluate_fn, export_fn=export_fn)
     finally:
         wb.close()
     # A rank's non-zero exit makes the launcher tear the others down and print a failure report; a

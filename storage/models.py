@@ -37,10 +37,11 @@ SWEEP_FAILED = "failed"
 SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED, SWEEP_FAILED)
 
 # What a run does: trains a model (its spec is a jobs.spec.RunSpec), or puts a trained run's model to work
-# over a whole file (a jobs.predict.spec.PredictSpec; ``parent_run_id`` is the model's run). All three go
-# through the same queue, leases, cancel and crash resume.
-KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE = "train", "predict", "evaluate"
-RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE)
+# over a whole file (a jobs.predict.spec.PredictSpec; ``parent_run_id`` is the model's run), or exports it
+# to ONNX (a jobs.export.spec.ExportSpec, the same parent link). All go through the same queue, leases,
+# cancel and crash resume.
+KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT = "train", "predict", "evaluate", "export"
+RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
 
 
 class Dataset(Base):
@@ -189,6 +190,9 @@ class Playground(Base):
     token_hash: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # What answers its requests: "pytorch" (the run's model folder) or an exported ONNX variant
+    # ("onnx-fp32", "onnx-int8", "onnx-fp16"; jobs.export.runtime.RUNTIMES).
+    runtime: Mapped[str] = mapped_column(String(16), server_default="pytorch", nullable=False)
 
 
 class Worker(Base):

@@ -107,7 +107,9 @@ SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tes
               "tests/test_ui_predict.py", "tests/test_cli_predict.py",
               "tests/test_engine_architectures.py", "tests/test_worker.py", "tests/test_sweeps.py",
               "tests/test_cli_runs.py", "tests/browser/test_sweeps_browser.py", "tests/test_data_store.py",
-              "tests/browser/test_playground_browser.py", "tests/test_run_compare.py")
+              "tests/browser/test_playground_browser.py", "tests/test_run_compare.py",
+              "tests/browser/test_export_browser.py", "tests/test_export.py", "tests/test_export_queue.py",
+              "tests/test_onnx_serving.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -148,12 +148,14 @@ def test_card_shows_scores_not_housekeeping():
         assert housekeeping not in text
 
 
-def test_export_zip_and_offline_push(wb, random_models, monkeypatch):
+def test_model_zip_and_offline_push(wb, random_models, monkeypatch):
+    from workbench.services import exports
+
     run_id = ps.add_run(wb, "text-classification", random_models["cls"])
-    path = service.export_zip(wb, run_id)
+    path = exports.model_zip(wb, run_id)
     with zipfile.ZipFile(path) as archive:
         assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(archive.namelist())
-    assert service.export_zip(wb, run_id) == path  # reused while the model is unchanged
+    assert exports.model_zip(wb, run_id) == path  # reused while the model is unchanged
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailable, match="needs internet"):
         service.push_to_hub(wb, run_id, "someone/model", token="hf_x")

@@ -248,3 +248,16 @@ def test_predict_a_stored_dataset_labels_its_records_train_then_validation(wb, t
         "token-classification", name="tags").id
     refused = predict_panel.said(predict_panel.queue_prediction, wb, run_id, None, "auto-detect", "", "", "csv", tags)
     assert refused.startswith("✘") and "is a token-classification dataset" in refused, refused
+
+
+def test_a_finished_evaluations_header_gives_its_test_set_score_with_the_interval():
+    from workbench.ui.predict_panel import job_header
+
+    job = {"id": 5, "kind": "evaluate", "status": "succeeded", "task": "text-classification", "parent_run_id": 1,
+           "spec": {"dataset_id": "ds-test"}, "name": "evaluate on test",
+           "metrics": {"accuracy": 0.9, "rows": 240,
+                       "metrics_ci": {"accuracy": {"low": 0.86, "high": 0.94, "level": 0.95, "resamples": 1000}}}}
+    header = job_header(job, [])
+    assert "Test-set accuracy: <b>0.900 ± 0.040</b>" in header and "95 % CI, n = 240" in header
+    assert "run-score" not in job_header({**job, "status": "running"}, [])
+    assert "run-score" not in job_header({**job, "kind": "predict"}, [])

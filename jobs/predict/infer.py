@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from jobs.export.runtime import PYTORCH, check_runtime, variant_path
 from jobs.inference import (MASK_PLACEHOLDER, PASS_FLOATS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
                             best_span, floats_per_token, group_entities, join_tokens, load_calibration,
                             pseudo_perplexity, replace_nth, rows_per_pass, softmax, split_words, top_fills,
@@ -40,8 +41,10 @@ _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", TOKENS: "AutoModel
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def load_predictor(model: ModelRef, device: str = "auto") -> "TorchPredictor":
-    """The run's model (``model.model_dir``: a Trainer-saved folder or a SetFit run's) ready to predict."""
+def load_predictor(model: ModelRef, device: str = "auto", runtime: str = PYTORCH) -> "TorchPredictor":
+    """The run's model (``model.model_dir``: a Trainer-saved folder or a SetFit run's) ready to predict; with
+    an ONNX ``runtime``, that variant of the run's newest export (``model.onnx_dir``) answers the forward
+    passes, and the tokenizer, lengths and calibration stay the run's."""
     from jobs.training import pick_device  # torch and transformers load only when a model does
 
     model_dir = Path(model.model_dir)
@@ -49,8 +52,27 @@ def load_predictor(model: ModelRef, device: str = "auto") -> "TorchPredictor":
         raise TrainingError(f"run {model.run_id} has no saved model in {model_dir}",
                             "predict with a run that succeeded and kept its model")
     hp = model.hyperparameters or {}
-    return TorchPredictor(model_dir, model.task, device=pick_device(device), max_length=hp.get("max_length"),
-                          doc_stride=hp.get("doc_stride"), multi_label=bool(hp.get("multi_label")))
+    device = pick_device(device)
+    return TorchPredictor(model_dir, model.task, device=device, max_length=hp.get("max_length"),
+                          doc_stride=hp.get("doc_stride"), multi_label=bool(hp.get("multi_label")),
+                          model=_variant(model, runtime, device))
+
+
+def _variant(model: ModelRef, runtime: str, device: str):
+    """The ONNX variant ``runtime`` names (None for PyTorch); a TrainingError when the export is gone."""
+    runtime = check_runtime(runtime)
+    if runtime == PYTORCH:
+        return None
+    path = variant_path(model.onnx_dir, runtime) if model.onnx_dir else None
+    if path is None or not path.is_file():
+        raise TrainingError(f"run {model.run_id} has no {runtime} export any more "
+                            f"({path or 'no succeeded export job'}): it was deleted after this job was queued",
+                            f"export run {model.run_id} again (`workbench export {model.run_id}`), or queue the "
+                            "prediction with the pytorch runtime")
+    from jobs.export.runtime import load_onnx_model
+
+    log.info("predicting with %s (%s)", runtime, path)
+    return load_onnx_model(model.model_dir, model.onnx_dir, runtime, device=device)
 
 
 def _load_model(model_dir: Path, task: str):
@@ -106,7 +128,8 @@ class TorchPredictor:
     """A loaded model and tokenizer predicting batches of rows for one task."""
 
     def __init__(self, model_dir: Path, task: str, *, device: str = "cpu", max_length: Optional[int] = None,
-                 doc_stride: Optional[int] = None, multi_label: bool = False, batch_size: Optional[int] = None):
+                 doc_stride: Optional[int] = None, multi_label: bool = False, batch_size: Optional[int] = None,
+                 model: Any = None):
         import torch
         import transformers
 
@@ -114,7 +137,8 @@ class TorchPredictor:
             raise ConfigError(f"prediction files are not supported for the task {task!r}")
         self.task, self.device, self._torch = task, device, torch
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-        self.model = _load_model(Path(model_dir), task).to(device).eval()
+        # ``model``: a stand-in with the torch model's call (an exported variant, jobs.export.runtime.OnnxModel)
+        self.model = (model if model is not None else _load_model(Path(model_dir), task)).to(device).eval()
         config = self.model.config
         limits = (max_length, self.tokenizer.model_max_length if self.tokenizer.model_max_length < 10**6 else None,
                   getattr(config, "max_position_embeddings", None))

@@ -165,12 +165,14 @@ def predict_chunk(predictor: Predictor, chunk: Sequence[InputRow], batch_size: i
 
 def run_prediction(spec: PredictSpec, model: ModelRef, output_dir: Path, reporter: Reporter, *,
                    device: str = "auto") -> dict[str, Any]:
-    """Check the input, load the run's model (``model.model_dir``) and predict the whole file with it."""
+    """Check the input, load the run's model (``model.model_dir``, or the export's variant ``spec.runtime``
+    names) and predict the whole file with it; the result names the runtime that predicted."""
     from jobs.predict.infer import load_predictor  # torch is imported only in the job's process
 
     source = open_input(spec, model.task)  # a bad file is refused before the model is loaded
-    predictor = load_predictor(model, device=device)
+    predictor = load_predictor(model, device=device, runtime=spec.runtime)
     result = predict_file(spec, predictor, output_dir, reporter, source=source)
     result["device"] = predictor.device
+    result["runtime"] = spec.runtime
     result["calibrated"] = predictor.calibrated  # the scores carry the run's temperature scaling
     return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from jobs.export.runtime import PYTORCH, check_runtime
 from storage.errors import ConfigError
 
 PREDICT_SPEC_VERSION = 1
@@ -49,9 +50,16 @@ class PredictSpec:
     chunk_rows: int = DEFAULT_CHUNK_ROWS  # rows per resumable chunk
     name: str = ""
     version: int = PREDICT_SPEC_VERSION
+    # what predicts: "pytorch" (the run's model folder) or an ONNX variant of the run's newest export
+    # (jobs.export.runtime.RUNTIMES); the output rows are the same shape either way
+    runtime: str = PYTORCH
 
     def __post_init__(self) -> None:
         problems = []
+        try:
+            self.runtime = check_runtime(self.runtime)
+        except ConfigError as exc:
+            problems.append(str(exc))
         if self.kind not in KINDS:
             problems.append(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
@@ -90,3 +98,5 @@ class ModelRef:
     model_dir: str  # <run output_dir>/model
     hyperparameters: dict[str, Any]  # metrics.json["hyperparameters"]: max_length, multi_label, method, ...
     labels: tuple[str, ...] = ()  # the class or tag names, in the model's order (config.id2label)
+    # the ``onnx/`` folder of the run's newest succeeded export (jobs.export.runtime.latest_onnx_dir); None: none
+    onnx_dir: Optional[str] = None

@@ -76,6 +76,8 @@ def predict(
     text_column: Optional[str] = typer.Option(None, "--text-column", help="The column (or JSON key) with the text."),
     text_pair_column: Optional[str] = typer.Option(None, "--text-pair-column",
                                                    help="The column with the second text of a pair (QA: the context)."),
+    runtime: str = typer.Option("pytorch", "--runtime", help="What predicts: pytorch, or an ONNX variant of the "
+                                                            "run's newest export (onnx-fp32, onnx-int8, onnx-fp16)."),
     wait: bool = typer.Option(False, "--wait", help="Block until the job ends and print its result."),
     as_json: bool = typer.Option(False, "--json", help='Print JSON: {"id", "status", "rows", "output", "error"}.'),
 ) -> None:
@@ -87,10 +89,10 @@ def predict(
         if input_path.expanduser().exists():
             job_id = predictions.submit_prediction(wb, run_id, input_path, input_format=input_format,
                                                    columns=_columns(text_column, text_pair_column),
-                                                   output_format=output_format)
+                                                   output_format=output_format, runtime=runtime)
         else:
             job_id = _predict_dataset(wb, run_id, str(input_path), output_format,
-                                      given=input_format or text_column or text_pair_column)
+                                      given=input_format or text_column or text_pair_column, runtime=runtime)
         if not (wait or output):
             emit({"id": job_id, "status": "queued", "rows": 0, "output": None, "error": None}, as_json, str(job_id))
             return
@@ -101,7 +103,7 @@ def predict(
     _report_prediction(job, output, output_format, as_json)
 
 
-def _predict_dataset(wb, run_id: int, name: str, output_format: str, given: Any) -> int:
+def _predict_dataset(wb, run_id: int, name: str, output_format: str, given: Any, runtime: str = "pytorch") -> int:
     """A prediction job over the stored dataset ``name`` (``--input`` named no file)."""
     from workbench.errors import ConfigError, NotFound
     from workbench.services import datasets, predictions
@@ -115,7 +117,7 @@ def _predict_dataset(wb, run_id: int, name: str, output_format: str, given: Any)
     if given:
         raise ConfigError("--input-format, --text-column and --text-pair-column describe a file; a stored "
                           "dataset's records are read as they were imported")
-    return predictions.submit_dataset_prediction(wb, run_id, name, output_format=output_format)
+    return predictions.submit_dataset_prediction(wb, run_id, name, output_format=output_format, runtime=runtime)
 
 
 def _report_prediction(job: dict[str, Any], output: Optional[Path], output_format: str, as_json: bool) -> None:

@@ -8,6 +8,7 @@ bootstrap `low`/`high`, `{}` without per-example outcomes) and `error`; a queued
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -16,8 +17,9 @@ from jobs import baselines
 from jobs.spec import HEADLINE_METRICS
 from storage.context import open_workbench
 from workbench.cli import emit, id_argument, parse_id, runs_app
-from storage.models import KIND_TRAIN
+from storage.models import KIND_EXPORT, KIND_TRAIN
 from workbench.services import comparisons
+from workbench.services import exports as exports_service
 from workbench.services import predictions as predictions_service
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -41,8 +43,8 @@ def _format_row(run: dict) -> str:
 @runs_app.command("list")
 def list_(status: Optional[str] = typer.Option(None, help="Only runs in this status (queued, running, ...)."),
           search: Optional[str] = typer.Option(None, help="Filter by name, model, task or dataset."),
-          kind: Optional[str] = typer.Option(None, help="Only training runs (train) or prediction/evaluation jobs "
-                                                        "(predict, evaluate)."),
+          kind: Optional[str] = typer.Option(None, help="Only training runs (train) or prediction/evaluation/"
+                                                        "export jobs (predict, evaluate, export)."),
           limit: int = typer.Option(100, help="At most this many runs, newest first."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON (a list of runs).")) -> None:
     """List runs, newest first."""
@@ -59,7 +61,10 @@ def show(run_id: int = id_argument("run"),
     """Everything about one run: status, progress, metrics, error."""
     with open_workbench() as wb:
         run = runs_service.get_run(wb, run_id)
-        if run["kind"] != KIND_TRAIN:
+        if run["kind"] == KIND_EXPORT:
+            run["outputs"] = [str(p) for p in exports_service.export_outputs(wb, run_id)]
+            run["report"] = exports_service.export_report(wb, run_id)
+        elif run["kind"] != KIND_TRAIN:
             run["outputs"] = [str(p) for p in predictions_service.job_outputs(wb, run_id)]
         if run["status"] == "queued":
             run["queue"] = runs_service.queue_position(wb, run_id)
@@ -138,11 +143,17 @@ def _rank_line(row: dict) -> str:
 
 
 def _job_lines(run: dict) -> list[str]:
-    """What a prediction or evaluation job adds: its model's run, what it reads, rows done and its files."""
+    """What a prediction, evaluation or export job adds: its model's run, what it reads, rows done and its
+    files (an export: where its ONNX files are)."""
     spec = run.get("spec") or {}
     parent = run["parent_run_id"] or spec.get("run_id")
     lines = [f"job {run['id']} ({run['kind']} with the model of run {parent}): {run['status']} "
              f"({run['progress'] * 100:.1f}%, {run['step']}/{run['total_steps']} rows)"]
+    if run["kind"] == KIND_EXPORT:
+        from workbench.commands.export import variant_lines
+
+        onnx = sorted({str(Path(path).parent) for path in run["outputs"] if path.endswith(".onnx")})
+        return lines + variant_lines(run.get("report") or {}) + [f"files: {folder}" for folder in onnx]
     if run["kind"] == "predict":
         lines.append(f"input: {spec.get('input_name') or spec.get('input_path')} "
                      f"({spec.get('input_format') or 'detected'}), output format {spec.get('output_format')}")

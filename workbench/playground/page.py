@@ -64,6 +64,15 @@ def card_markdown(card: dict[str, Any], kind: str) -> str:
             + (f"\n\n⚠ This model {card['verdict']}" if card.get("verdict") else ""))
 
 
+RUNTIME_NAMES = {"pytorch": "PyTorch", "onnx-fp32": "ONNX fp32", "onnx-int8": "ONNX int8 (quantized)",
+                 "onnx-fp16": "ONNX fp16"}
+
+
+def runtime_line(runtime: str) -> str:
+    """The card's line on what answers: ``Served by ONNX int8 (quantized)``."""
+    return f"Served by {RUNTIME_NAMES.get(runtime, runtime)}"
+
+
 def fields_of(kind: str) -> tuple[str, ...]:
     return _FIELDS.get(kind, ("text",))
 
@@ -144,8 +153,15 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
             raise gr.Error(str(exc)) from None
         prediction = result["predictions"][0]
         item = dict(zip(fields, values))
-        return _widget_value(kind, prediction, {**item, "text": values[0]}), {**prediction,
-                                                                           "latency_ms": result["latency_ms"]}
+        return _widget_value(kind, prediction, {**item, "text": values[0]}), {
+            **prediction, "runtime": result["runtime"], "latency_ms": result["latency_ms"]}
+
+    def served_by() -> str:
+        """What answers this playground now (read on each page load: the runtime can be switched meanwhile)."""
+        try:
+            return runtime_line(runtime.target(slug, check=False).runtime)
+        except WorkbenchError:
+            return ""
 
     def attention(layer: float, head: float, *values: str):
         raw = page_input(values)
@@ -163,6 +179,7 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
 
     with gr.Blocks(title=card["title"], analytics_enabled=False) as blocks:
         gr.Markdown(card_markdown(card, kind), elem_id="pg-card")
+        served = gr.Markdown(runtime_line(target.runtime), elem_id="pg-runtime")
         with gr.Row():
             link = gr.Textbox(label="Link to this playground", interactive=False, buttons=["copy"], scale=4,
                               elem_id="pg-link")
@@ -195,6 +212,7 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
         layer.release(**attention_args)
         head.release(**attention_args)
         blocks.load(None, None, link, js="() => window.location.href", api_visibility="private")
+        blocks.load(served_by, None, served, api_visibility="private")
         copy.click(None, None, None, js=COPY_LINK_JS, api_visibility="private")
     # A bounded queue: events beyond it are refused (503) instead of held; every event then waits for
     # the runtime's forward-pass slots, which the REST API shares. api_open=False: the direct run/ and

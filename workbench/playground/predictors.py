@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from jobs.export.runtime import PYTORCH, check_runtime, load_onnx_model
 from jobs.inference import (  # noqa: F401 - re-exported: the playground's names for the shared functions
     MASK_PLACEHOLDER, PASS_FLOATS, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, Calibration, apply_calibration, best_span,
     floats_per_token, group_entities, load_calibration, replace_nth, rows_per_pass, softmax, split_words,
@@ -123,6 +124,11 @@ _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", PAIR: "AutoModelFo
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+def _tensor_bytes(model) -> int:
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def eager_twin(model):
     """A copy of ``model`` that computes attention eagerly (so it returns attention maps) on the SAME tensors.
 
@@ -145,26 +151,32 @@ class Predictor:
     Predictions run with SDPA attention, which never holds the attention weights: with eager
     attention a batch of 64 inputs of 512 tokens held a 64 x 12 x 512 x 512 tensor per layer
     and one request cost ~1.8 GB. Attention maps come from ``attention_model``, an eager twin
-    sharing the weights, made on the first map asked for. Inputs are truncated to ``max_length``,
+    sharing the weights, made on the first map asked for. With an ONNX ``runtime`` (an exported
+    variant in ``onnx_dir``) the session answers every prediction, and the torch model is loaded
+    (eager) only when a first attention map is asked for. Inputs are truncated to ``max_length``,
     the length the run was trained at (at most the model's limit and ``MODEL_LIMIT``); a request
     over ``max_tokens`` tokens after truncation is refused. The fast tokenizer is not safe to call
     from several threads at once, so a lock guards it; forward passes run concurrently.
     """
 
     def __init__(self, model_dir: Path, kind: str, device: str = "cpu", max_length: Optional[int] = None,
-                 max_tokens: int = MAX_TOKENS, doc_stride: Optional[int] = None):
+                 max_tokens: int = MAX_TOKENS, doc_stride: Optional[int] = None, runtime: str = PYTORCH,
+                 onnx_dir: Optional[Path] = None):
         import torch
         import transformers
 
         if kind not in KINDS:
             raise ConfigError(f"unknown playground kind {kind!r}")
         self.kind, self.device, self.model_dir = kind, device, Path(model_dir)
+        self.runtime = check_runtime(runtime)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-        if kind == TEXT and is_setfit_model(model_dir):
-            self.model = load_classifier(model_dir, attn_implementation="sdpa").to(device).eval()
-        else:
-            model_class = getattr(transformers, _MODEL_CLASSES[kind])
-            self.model = model_class.from_pretrained(str(model_dir), attn_implementation="sdpa").to(device).eval()
+        if self.runtime == PYTORCH:
+            self.model = self._torch_model("sdpa")
+        elif onnx_dir is None:
+            raise ConfigError(f"the {self.runtime} runtime needs the run's export folder")
+        else:  # the server's torch thread count holds for the session too (cache.configure_serving_threads)
+            self.model = load_onnx_model(model_dir, onnx_dir, self.runtime, device=device,
+                                         threads=torch.get_num_threads())
         config = self.model.config
         limits = (max_length, MODEL_LIMIT, self.tokenizer.model_max_length,
                   getattr(config, "max_position_embeddings", None))
@@ -188,11 +200,22 @@ class Predictor:
         """Whether the scores this predictor returns carry the run's temperature scaling."""
         return self.calibration.calibrated
 
+    def _torch_model(self, attention: str):
+        """The run's torch model for this kind, with ``attention`` ("sdpa" or "eager"), ready on the device."""
+        import transformers
+
+        if self.kind == TEXT and is_setfit_model(self.model_dir):
+            return load_classifier(self.model_dir, attn_implementation=attention).to(self.device).eval()
+        model_class = getattr(transformers, _MODEL_CLASSES[self.kind])
+        return model_class.from_pretrained(str(self.model_dir), attn_implementation=attention).to(self.device).eval()
+
     @property
     def nbytes(self) -> int:
-        """Bytes held by the weights and buffers (what the cache's memory bound counts; the eager twin shares them)."""
-        tensors = list(self.model.parameters()) + list(self.model.buffers())
-        return sum(t.numel() * t.element_size() for t in tensors)
+        """Bytes held by the weights and buffers (what the cache's memory bound counts; the eager twin shares
+        them): an ONNX variant's file size, plus the torch model once attention maps have loaded it."""
+        if self.runtime != PYTORCH:
+            return self.model.nbytes + (_tensor_bytes(self._eager) if self._eager is not None else 0)
+        return _tensor_bytes(self.model)
 
     def label(self, index: int) -> str:
         return self.id2label.get(index, f"LABEL_{index}")
@@ -213,10 +236,11 @@ class Predictor:
                                f"{self.max_tokens:,} tokens per request: send fewer or shorter inputs")
 
     def attention_model(self):
-        """The eager twin of the model (made once, on first use): the only path that returns attention maps."""
+        """The eager twin of the model (made once, on first use): the only path that returns attention maps.
+        An ONNX session returns none, so with an ONNX runtime this is the run's torch model, loaded eager."""
         with self._twin_lock:
             if self._eager is None:
-                self._eager = eager_twin(self.model)
+                self._eager = eager_twin(self.model) if self.runtime == PYTORCH else self._torch_model("eager")
             return self._eager
 
     def forward(self, enc, model=None, **kwargs: Any):

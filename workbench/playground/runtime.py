@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from jobs.export.runtime import variant_path
 from storage.context import Workbench
 from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
@@ -70,18 +71,26 @@ class Playgrounds:
             self.rate.take(address)
 
     def predictor(self, target: service.Target) -> Predictor:
+        """The target's predictor, from the cache. The key holds the runtime and its export folder, so a
+        playground switched to another runtime (or a newer export) loads it on its next request."""
         kind = self.kind(target)
+        onnx_dir = service.serving_dir(self.wb, target)
 
         def load() -> Predictor:
             max_length, doc_stride = service.trained_lengths(self.wb, target)
             return Predictor(target.model_dir, kind, self.device, max_length=max_length, doc_stride=doc_stride,
-                             max_tokens=self.wb.settings.playground_max_tokens)
+                             max_tokens=self.wb.settings.playground_max_tokens, runtime=target.runtime,
+                             onnx_dir=onnx_dir)
 
-        return self.cache.get((str(target.model_dir), kind), load, estimate_bytes=folder_weight_bytes(target.model_dir))
+        estimate = (variant_path(onnx_dir, target.runtime).stat().st_size if onnx_dir is not None
+                    else folder_weight_bytes(target.model_dir))
+        key = (str(target.model_dir), kind, target.runtime, str(onnx_dir or ""))
+        return self.cache.get(key, load, estimate_bytes=estimate)
 
     def predict(self, slug: str, raw: Any, token: Optional[str] = None, check: bool = True) -> dict[str, Any]:
-        """Validate, predict and time one request: ``{"predictions": [...], "calibrated": ..., "latency_ms": ...}``
-        (``calibrated``: the scores carry the run's temperature scaling).
+        """Validate, predict and time one request: ``{"predictions": [...], "calibrated": ..., "runtime": ...,
+        "latency_ms": ...}`` (``calibrated``: the scores carry the run's temperature scaling; ``runtime``: what
+        answered, ``pytorch`` or an ONNX variant such as ``onnx-int8``).
 
         Order of checks: unknown slug (404), token (401), input shape (422), a free forward-pass
         slot (503), size after tokenization (422) — so a caller without the token learns nothing
@@ -94,7 +103,7 @@ class Playgrounds:
         predictor = self.predictor(target)
         predictions = self.slots.run(predictor.predict, items)
         return {"task": kind, "batch": batch, "predictions": predictions, "calibrated": predictor.calibrated,
-                "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
+                "runtime": predictor.runtime, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
     def attention(self, slug: str, raw: Any) -> AttentionMaps:
         """Attention maps of one input, checked as a prediction's input is (422 with the same messages)."""

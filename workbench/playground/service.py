@@ -22,10 +22,12 @@ from typing import Any, Optional, Sequence
 from sqlalchemy import select
 
 from jobs import baselines
+from jobs.export.runtime import PYTORCH, check_runtime
 from jobs.spec import HEADLINE_METRICS
 from storage.context import Workbench
 from storage.models import SUCCEEDED, Dataset, Playground, Run
-from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
+from workbench.errors import ConfigError, InvalidState, ModelUnavailable, NotFound, WorkbenchError
+from workbench.services.predictions import runtime_dir
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class PlaygroundInfo:
     has_token: bool
     active: bool
     created_at: dt.datetime
+    runtime: str = PYTORCH  # what answers: "pytorch" or an exported ONNX variant ("onnx-int8", ...)
     # The plaintext token, only in the answer to ``publish``; never stored.
     token: Optional[str] = None
 
@@ -75,6 +78,7 @@ class Target:
     model_dir: Path
     output_dir: Path
     token_hash: Optional[str]
+    runtime: str = PYTORCH  # "pytorch" or an exported ONNX variant (see ``serving_dir``)
 
 
 def hash_token(token: str) -> str:
@@ -97,17 +101,21 @@ def _info(pg: Playground, run: Run, token: Optional[str] = None) -> PlaygroundIn
     return PlaygroundInfo(
         slug=pg.slug, run_id=run.id, run_name=run.name or f"run {run.id}", task=run.task,
         url_path=f"{PLAY_PREFIX}/{pg.slug}/", api_path=f"{API_PREFIX}/{pg.slug}",
-        has_token=pg.token_hash is not None, active=pg.active, created_at=pg.created_at, token=token)
+        has_token=pg.token_hash is not None, active=pg.active, created_at=pg.created_at,
+        runtime=pg.runtime or PYTORCH, token=token)
 
 
-def publish(wb: Workbench, run_id: int, token: Optional[str] = None) -> PlaygroundInfo:
+def publish(wb: Workbench, run_id: int, token: Optional[str] = None, runtime: str = PYTORCH) -> PlaygroundInfo:
     """Publish a succeeded run; the answer carries the plaintext token (if any) this one time.
 
     Each call makes a new playground with its own slug (and token), so a link
-    given to one person can be revoked without breaking another's.
+    given to one person can be revoked without breaking another's. ``runtime``
+    serves it from PyTorch or from an ONNX variant of the run's newest export
+    (refused when the run has no such export).
     """
     if token is not None and len(token.strip()) < 8:
         raise ConfigError("an access token must have at least 8 characters")
+    runtime = check_runtime(runtime)
     with wb.db.session() as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -116,13 +124,31 @@ def publish(wb: Workbench, run_id: int, token: Optional[str] = None) -> Playgrou
             raise InvalidState(f"run {run_id} is {run.status}; only succeeded runs can be published")
         if model_dir_of(run.output_dir) is None:
             raise InvalidState(f"run {run_id} has no saved model folder ({run.output_dir or 'no output folder'}/model)")
+        runtime_dir(wb, run.id, runtime)
         slug = f"{_slugify(run.name or run.task)}-{run.id}-{secrets.token_hex(3)}"
         pg = Playground(slug=slug, run_id=run.id, token_hash=hash_token(token.strip()) if token else None,
-                        active=True, created_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
+                        active=True, created_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+                        runtime=runtime)
         session.add(pg)
         session.flush()
-        log.info("published run %s as playground %s (token: %s)", run.id, slug, "yes" if token else "no")
+        log.info("published run %s as playground %s (token: %s, runtime: %s)", run.id, slug,
+                 "yes" if token else "no", runtime)
         return _info(pg, run, token.strip() if token else None)
+
+
+def set_runtime(wb: Workbench, slug: str, runtime: str) -> PlaygroundInfo:
+    """Serve a playground from another runtime; a running server answers with it from the next request on
+    (its model cache keys on the runtime). Refused like ``publish`` when the run has no such export."""
+    runtime = check_runtime(runtime)
+    with wb.db.session() as session:
+        pg = session.scalar(select(Playground).where(Playground.slug == slug))
+        if pg is None:
+            raise NotFound(f"no playground {slug!r}; `workbench playgrounds` lists them")
+        runtime_dir(wb, pg.run_id, runtime)
+        pg.runtime = runtime
+        run = session.get(Run, pg.run_id)
+        log.info("playground %s is now served by %s", slug, runtime)
+        return _info(pg, run)
 
 
 def unpublish(wb: Workbench, slug: str) -> PlaygroundInfo:
@@ -168,7 +194,16 @@ def get_target(wb: Workbench, slug: str) -> Target:
         if model_dir is None:
             raise NotFound(f"playground {slug!r}: the model folder of run {run.id} is gone")
         return Target(slug=slug, run_id=run.id, task=run.task, model_dir=model_dir,
-                      output_dir=Path(run.output_dir), token_hash=pg.token_hash)
+                      output_dir=Path(run.output_dir), token_hash=pg.token_hash, runtime=pg.runtime or PYTORCH)
+
+
+def serving_dir(wb: Workbench, target: Target) -> Optional[Path]:
+    """The export folder serving ``target``'s runtime (None for PyTorch); ModelUnavailable (503) when the
+    export was deleted after the playground was set to serve it."""
+    try:
+        return runtime_dir(wb, target.run_id, target.runtime)
+    except InvalidState as exc:
+        raise ModelUnavailable(f"this playground is served by {target.runtime}, which is gone: {exc}") from None
 
 
 def trained_lengths(wb: Workbench, target: Target) -> tuple[Optional[int], Optional[int]]:
@@ -346,33 +381,10 @@ def validation_examples(wb: Workbench, slug: str, limit: int = MAX_EXAMPLES) -> 
     return []
 
 
-def export_zip(wb: Workbench, run_id: int) -> Path:
-    """Zip the run's model folder (once; reused while the folder is unchanged) and return the zip's path."""
-    import shutil
-
-    with wb.db.session() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} does not exist")
-        model_dir = model_dir_of(run.output_dir)
-        name = _slugify(run.name or run.task)
-    if model_dir is None:
-        raise InvalidState(f"run {run_id} has no saved model folder to export")
-    newest = max(p.stat().st_mtime for p in model_dir.rglob("*") if p.is_file())
-    target = model_dir.parent / f"{name}-run{run_id}-model.zip"
-    if target.is_file() and target.stat().st_mtime >= newest:
-        return target
-    partial = shutil.make_archive(str(target.with_suffix("")) + ".partial", "zip", root_dir=model_dir)
-    Path(partial).replace(target)
-    return target
-
-
 def push_to_hub(wb: Workbench, run_id: int, repo_id: str, token: Optional[str] = None,
                 private: bool = True, timeout_s: float = 10.0) -> str:
     """Upload the model folder to the Hugging Face Hub; offline it fails at once with a clear message."""
     import os
-
-    from workbench.errors import ModelUnavailable
 
     with wb.db.session() as session:
         run = session.get(Run, run_id)

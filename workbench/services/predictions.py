@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import shutil
 import uuid
@@ -20,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import aliased
 
 from jobs import queue
+from jobs.export.runtime import PYTORCH, VARIANT_FILES, check_runtime, latest_onnx_dir, variant_path
 from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
 from storage.context import Workbench
@@ -100,6 +102,54 @@ def model_run(session, run_id: int) -> Run:
     return run
 
 
+def served_runtimes(wb: Workbench, run_id: int) -> list[str]:
+    """``pytorch`` and every ONNX variant the run's newest succeeded export holds and did not fail: what a
+    playground or a prediction job of the run can be served by."""
+    return [value for _, value in runtime_options(wb, run_id)]
+
+
+def runtime_options(wb: Workbench, run_id: int) -> list[tuple[str, str]]:
+    """``served_runtimes`` as (label, runtime) pairs for a menu: a variant its export marked "check before use"
+    (its metric more than a point below PyTorch's) says so in its label."""
+    onnx_dir = latest_onnx_dir(wb.db, run_id)
+    statuses = _variant_statuses(onnx_dir) if onnx_dir is not None else {}
+    options = [(PYTORCH, PYTORCH)]
+    for name in VARIANT_FILES:
+        status = statuses.get(name)
+        if onnx_dir is None or status == "failed" or not variant_path(onnx_dir, name).is_file():
+            continue
+        options.append((f"{name} (check before use)" if status == "check before use" else name, name))
+    return options
+
+
+def _variant_statuses(onnx_dir: Path) -> dict[str, str]:
+    """Each variant's status in the export's report (``export.json`` beside ``onnx/``): a variant marked failed
+    must not serve, even if its file is left."""
+    try:
+        report = json.loads((onnx_dir.parent / "export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    variants = report.get("variants") if isinstance(report, dict) else None
+    return {v.get("name"): v.get("status") for v in variants or () if isinstance(v, dict)}
+
+
+def runtime_dir(wb: Workbench, run_id: int, runtime: Optional[str]) -> Optional[Path]:
+    """The export folder (``onnx/``) that serves ``runtime`` for run ``run_id``: None for ``pytorch``; a
+    ConfigError for an unknown runtime, InvalidState when the run has no succeeded export with that variant."""
+    runtime = check_runtime(runtime)
+    if runtime == PYTORCH:
+        return None
+    onnx_dir = latest_onnx_dir(wb.db, run_id)
+    if onnx_dir is None:
+        raise InvalidState(f"run {run_id} has no ONNX export to serve {runtime} from: export it first "
+                           f"(`workbench export {run_id}`, or Export in the run's view), or use pytorch")
+    if runtime not in served_runtimes(wb, run_id):
+        raise InvalidState(f"run {run_id}'s newest export has no usable {runtime} variant "
+                           f"({variant_path(onnx_dir, runtime).name} missing or failed its check): export it "
+                           "again with that variant (int8 for onnx-int8, fp16 on a GPU), or pick another runtime")
+    return onnx_dir
+
+
 def model_run_checked(wb: Workbench, run_id: int) -> str:
     """The task of run ``run_id`` once it can put its model to work (``model_run``'s refusals otherwise)."""
     with wb.db.session() as session:
@@ -108,21 +158,25 @@ def model_run_checked(wb: Workbench, run_id: int) -> str:
 
 def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, input_name: Optional[str] = None,
                       input_format: Optional[str] = None, columns: Optional[Mapping[str, Any]] = None,
-                      output_format: str = "csv", priority: int = 0) -> int:
+                      output_format: str = "csv", priority: int = 0, runtime: str = PYTORCH) -> int:
     """Queue a prediction of run ``run_id``'s model over a whole file; returns the job's id.
 
     The file is checked first (readable, not empty, the columns the task needs are there) and kept under
-    the workbench home, so the job reads the same bytes whatever happens to the user's file meanwhile."""
+    the workbench home, so the job reads the same bytes whatever happens to the user's file meanwhile.
+    ``runtime``: ``pytorch`` or an ONNX variant of the run's newest export (refused when it has none)."""
     with wb.db.session() as session:
         run = model_run(session, run_id)
         task, model = run.task, run.model
         pairs = run_reads_pairs(Path(run.output_dir) / "model") if task == "text-classification" else None
+    runtime = check_runtime(runtime)
+    runtime_dir(wb, run_id, runtime)
     source = _existing_file(input_path)
     name = Path(input_name or source.name).name
     # The spec checks the formats before the file is read.
     spec = PredictSpec(kind=KIND_PREDICT, run_id=run_id, input_path=str(source), input_name=name,
                        input_format=input_format, columns=dict(columns or {}), output_format=output_format,
-                       name=f"predict {name}", pairs=pairs)
+                       name=f"predict {name}" + ("" if runtime == PYTORCH else f" ({runtime})"), pairs=pairs,
+                       runtime=runtime)
     fmt, sha256 = check_input(source, task, name=name, input_format=input_format, columns=columns,
                               max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
     kept = keep_input(inputs_dir(wb), source, name, sha256)
@@ -135,7 +189,7 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
 
 
 def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, output_format: str = "csv",
-                              priority: int = 0) -> int:
+                              priority: int = 0, runtime: str = PYTORCH) -> int:
     """Queue a prediction of run ``run_id``'s model over a stored dataset (an id, id prefix or name): its
     normalized records, training split then validation split, read as a JSON Lines file whose keys the
     run's task reads (the labels are carried to the output like any other column, beside the predictions).
@@ -143,6 +197,7 @@ def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, outpu
     The records are joined into one file under the kept inputs and handed to ``submit_prediction``, so the
     job is an ordinary prediction job: the same checks, copy, resume and downloads."""
     task = model_run_checked(wb, run_id)
+    runtime_dir(wb, run_id, runtime)  # refused before the records are copied
     summary = _of_task(datasets_service.get_dataset(wb, dataset), task, f"predict over a {task} dataset or a file")
     train, validation = dataset_files(wb.db, summary.id)
     name = f"{Path(summary.name).stem or 'dataset'}-{summary.id[:8]}.jsonl"
@@ -159,7 +214,7 @@ def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, outpu
                         if source.read(1) != b"\n":
                             out.write(b"\n")  # the next split's first record starts a line of its own
         return submit_prediction(wb, run_id, joined, input_name=name, input_format="jsonl",
-                                 output_format=output_format, priority=priority)
+                                 output_format=output_format, priority=priority, runtime=runtime)
     finally:
         joined.unlink(missing_ok=True)  # the job reads the kept copy
 
@@ -260,6 +315,7 @@ def _job_dict(run: Run, artifacts: Iterable[Artifact]) -> dict[str, Any]:
             "finished_at": _iso(run.finished_at), "parent_run_id": run.parent_run_id or spec.get("run_id"),
             "input_name": spec.get("input_name") or None, "dataset_id": run.dataset_id or spec.get("dataset_id"),
             "output_format": spec.get("output_format") if run.kind == KIND_PREDICT else None,
+            "runtime": spec.get("runtime") or PYTORCH if run.kind == KIND_PREDICT else None,
             "rows_done": run.step or 0, "rows_total": run.total_steps or 0,
             "rows_per_second": _rows_per_second(run), "eta_seconds": run.eta_seconds,
             "progress": float(run.progress or 0.0), "metrics": run.metrics or {}, "error": run.error,

@@ -30,6 +30,7 @@ from storage.context import Workbench
 from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SUCCEEDED, Dataset,
                             MetricPoint, Run, Worker, utcnow)
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
+from workbench.services import exports as exports_service
 from workbench.services.predictions import forget_input
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
               order_by: str = "-created_at", limit: int = 100, offset: int = 0,
               sweep_id: Optional[int] = None, kind: Optional[str] = None) -> list[dict[str, Any]]:
     """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest);
-    ``sweep_id`` keeps only that sweep's trials, ``kind`` only training runs or prediction/evaluation jobs."""
+    ``sweep_id`` keeps only that sweep's trials, ``kind`` only training runs or prediction/evaluation/export jobs."""
     if kind is not None and kind not in RUN_KINDS:
         raise ConfigError(f"kind must be one of {', '.join(RUN_KINDS)}, not {kind!r}")
     descending = order_by.startswith("-")
@@ -279,8 +280,9 @@ def continue_run(wb: Workbench, run_id: int, extra_epochs: float) -> int:
 
 
 def delete_run(wb: Workbench, run_id: int) -> None:
-    """Delete a finished or queued run, its curves and its files. Refused while it runs, or while
-    a queued or running run still needs its model; never changes any other run's status."""
+    """Delete a finished or queued run, its curves, its files and (a training run) its ONNX exports. Refused
+    while it runs, or while a queued or running run still needs its model; never changes any other run's
+    status."""
     with wb.db.session() as session:
         run = _require(session, run_id)
         if run.status in ACTIVE:
@@ -297,10 +299,13 @@ def delete_run(wb: Workbench, run_id: int) -> None:
                                f"{', '.join(map(str, jobs))}; wait for them or cancel them first")
         output_dir = Path(run.output_dir) if run.output_dir else None
         kept_input = (run.spec or {}).get("input_path") if run.kind == KIND_PREDICT else None
+        # Its exports go with it: they are copies of the model (prediction and evaluation jobs stay, as results).
+        folders = exports_service.delete_exports_of(session, run_id) if run.kind == KIND_TRAIN else []
         session.delete(run)
     runs_dir = wb.settings.runs_dir.resolve()
-    if output_dir and output_dir.resolve().parent == runs_dir:
-        shutil.rmtree(output_dir, ignore_errors=True)
+    for folder in [output_dir, *folders]:
+        if folder and folder.resolve().parent == runs_dir:
+            shutil.rmtree(folder, ignore_errors=True)
     if kept_input:
         forget_input(wb, Path(kept_input))
 

@@ -713,6 +713,18 @@ def metric_ci(metrics: Mapping[str, Any] | None, key: str) -> Mapping[str, Any] 
     return interval if interval_bounds(interval) is not None else None
 
 
+def score_line_html(task: str, metrics: Mapping[str, Any] | None, split: str, examples: Any = None) -> str:
+    """A header's score line: ``<split> accuracy: 0.912 ± 0.011 (95 % CI, n = 500)`` (the bare score of a run
+    scored before intervals); "" before there is a score."""
+    found = main_metric(task, metrics)
+    if found is None:
+        return ""
+    ci = metric_ci(metrics, found[0])
+    note = f" <span class='wb-muted'>({ci_note(ci, examples)})</span>" if ci else ""
+    return (f"<p id='run-score'>{html.escape(split)} {html.escape(found[0])}: "
+            f"<b>{html.escape(metric_with_ci(found[1], ci))}</b>{note}</p>")
+
+
 def ci_note(ci: Mapping[str, Any] | None, examples: Any = None) -> str:
     """What an interval is: ``95 % CI, n = 500`` (the level stored with it; n when known)."""
     level = (ci or {}).get("level") or 0.95

@@ -96,6 +96,9 @@ def job_header(run: dict[str, Any], outputs: list[str]) -> str:
     label = f"{fmt.status_label(status)} · {fmt.job_progress_text(run)}"
     body = (title + f"<div id='run-status' data-status='{status}' data-kind='{run.get('kind')}'>"
             + fmt.progress_html(shown, status, label) + "</div>")
+    if run.get("kind") == "evaluate" and status == "succeeded":  # the test-set score, with its interval
+        metrics = run.get("metrics") or {}
+        body += fmt.score_line_html(str(run.get("task", "")), metrics, "Test-set", metrics.get("rows"))
     if outputs:
         names = ", ".join(f"<code>{fmt.html.escape(name)}</code>" for name in outputs)
         body += f"<p id='job-outputs'>Output: {names} — download from the Predict tab.</p>"
@@ -167,16 +170,31 @@ def _format(value: Optional[str]) -> Optional[str]:
     return None if value in (None, "", AUTO) else value
 
 
+def runtime_choices(wb, rid: Any) -> list[tuple[str, str]]:
+    """What can predict for the selected run, as (label, runtime): ``pytorch`` and the variants of its newest
+    ONNX export (one marked "check before use" says so)."""
+    run_id = fmt.positive_id(rid)
+    return predict_service.runtime_options(wb, run_id) if run_id is not None else [("pytorch", "pytorch")]
+
+
+def runtime_update(wb, rid: Any, current: Optional[str] = None):
+    """The runtime dropdown for the selected run, keeping ``current`` while it is still a choice."""
+    choices = runtime_choices(wb, rid)
+    return gr.update(choices=choices, value=current if current in [v for _, v in choices] else "pytorch")
+
+
 def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pair: str, output_format: str,
-                     dataset_id: Optional[str] = None) -> str:
-    """Queue a prediction job over the uploaded file (else the picked stored dataset) with the selected run's model."""
+                     dataset_id: Optional[str] = None, runtime: Optional[str] = None) -> str:
+    """Queue a prediction job over the uploaded file (else the picked stored dataset) with the selected run's model
+    (``runtime``: PyTorch, or an ONNX variant of the run's newest export)."""
     run, note = model_run(wb, rid)
     if note:
         raise gr.Error(note)
+    runtime = runtime or "pytorch"
     path = received_file(upload, "file to label")
     if path is None and (dataset_id or "").strip():  # a pick from the list: a stored dataset, never a server path
         job_id = predict_service.submit_dataset_prediction(wb, int(run["id"]), dataset_id.strip(),
-                                                           output_format=output_format or "csv")
+                                                           output_format=output_format or "csv", runtime=runtime)
         return (f"✔ Queued prediction job #{job_id} for dataset {dataset_id.strip()}: it appears in the table "
                 "below, and its file can be downloaded there once it has succeeded.")
     if path is None:
@@ -185,7 +203,7 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     name = path.name  # Gradio keeps the browser's file name in its upload folder
     job_id = predict_service.submit_prediction(wb, int(run["id"]), path, input_name=name,
                                                input_format=_format(input_format), columns=_columns(text, pair),
-                                               output_format=output_format or "csv")
+                                               output_format=output_format or "csv", runtime=runtime)
     return (f"✔ Queued prediction job #{job_id} for {name}: it appears in the table below, and its file can be "
             "downloaded there once it has succeeded.")
 
@@ -227,6 +245,7 @@ class PredictPanel:
     text_column: gr.Textbox
     pair_column: gr.Textbox
     output_format: gr.Radio
+    runtime: gr.Dropdown
     predict: gr.Button
     predict_status: gr.Markdown
     test_set: gr.Dropdown
@@ -259,9 +278,12 @@ def _build_predict() -> tuple:
             pair_column = gr.Textbox(label="Second text column (pairs)", elem_id="predict-pair-column")
             output_format = gr.Radio(list(OUTPUT_FORMATS), value="csv", label="Output format",
                                      elem_id="predict-output-format")
+            runtime = gr.Dropdown(["pytorch"], value="pytorch", label="Runtime", elem_id="predict-runtime",
+                                  min_width=140, info="pytorch, or an ONNX variant of the run's newest export")
         predict = gr.Button("Predict this file", variant="primary", elem_id="predict-go")
         predict_status = gr.Markdown(elem_id="predict-status")
-    return upload, dataset, input_format, text_column, pair_column, output_format, predict, predict_status
+    return (upload, dataset, input_format, text_column, pair_column, output_format, runtime, predict,
+            predict_status)
 
 
 def _build_evaluate() -> tuple:
@@ -321,14 +343,19 @@ def wire(wb, panel: PredictPanel, run_id: gr.Number, timer: gr.Timer) -> None:
     timer.tick(lambda rid, key, picked: on_tick(wb, rid, key, picked), [run_id, panel.shown_key, panel.pick],
                panel.values, show_progress="hidden", queue=False)
 
-    def on_predict(rid, upload, dataset_id, input_format, text, pair, output_format):
-        return said(queue_prediction, wb, rid, upload, input_format, text, pair, output_format, dataset_id)
+    def on_predict(rid, upload, dataset_id, input_format, text, pair, output_format, runtime):
+        return said(queue_prediction, wb, rid, upload, input_format, text, pair, output_format, dataset_id, runtime)
+
+    # the choices follow the selected run, and are read again on focus: an export may have finished since
+    run_id.change(lambda rid: runtime_update(wb, rid), [run_id], [panel.runtime], show_progress="hidden")
+    panel.runtime.focus(lambda rid, current: runtime_update(wb, rid, current), [run_id, panel.runtime],
+                        [panel.runtime], show_progress="hidden")
 
     def on_evaluate(rid, dataset_id, upload, text, pair):
         return said(queue_evaluation, wb, rid, dataset_id, upload, text, pair)
 
     panel.predict.click(on_predict, [run_id, panel.upload, panel.dataset, panel.input_format, panel.text_column,
-                                     panel.pair_column, panel.output_format], [panel.predict_status])
+                                     panel.pair_column, panel.output_format, panel.runtime], [panel.predict_status])
     panel.evaluate.click(on_evaluate, [run_id, panel.test_set, panel.labelled, panel.text_column,
                                        panel.pair_column], [panel.evaluate_status])
 

@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
-from workbench.ui import plots, predict_panel
+from workbench.ui import export_panel, plots, predict_panel
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 25
@@ -40,7 +40,7 @@ EMPTY_STATE = ("<div id='run-empty' class='wb-muted'><b>No run selected.</b> Cli
 NO_RUN_KEY = "none"
 JOB_CURVES_NOTE = ("A prediction or evaluation job trains nothing, so it has no curves: its progress counts rows "
                    "(above), and an evaluation's scores are in the Metrics tab.")
-SHARE_HEADERS = ["Slug", "Link", "Access", "Created"]
+SHARE_HEADERS = ["Slug", "Link", "Access", "Created", "Served by"]
 # What saves the model's zip the moment the download button receives it: the click that asked for it is the
 # only click (a DownloadButton saves on click only what it already holds).
 SAVE_DOWNLOAD_JS = """(file) => {
@@ -164,13 +164,7 @@ def score_html(run: dict[str, Any]) -> str:
     """The run header's score line: the headline metric with its 95 % interval (``accuracy 0.912 ± 0.011 (95 %
     CI, n = 500)``), or the bare score of a run scored before intervals; "" before it has one."""
     metrics = run.get("metrics") or {}
-    found = fmt.main_metric(str(run.get("task", "")), metrics)
-    if found is None:
-        return ""
-    ci = fmt.metric_ci(metrics, found[0])
-    note = f" <span class='wb-muted'>({fmt.ci_note(ci, metrics.get('validation_records'))})</span>" if ci else ""
-    return (f"<p id='run-score'>Validation {fmt.html.escape(found[0])}: "
-            f"<b>{fmt.html.escape(fmt.metric_with_ci(found[1], ci))}</b>{note}</p>")
+    return fmt.score_line_html(str(run.get("task", "")), metrics, "Validation", metrics.get("validation_records"))
 
 
 def per_class_rows(tables: dict[str, Any]) -> list[list[Any]]:
@@ -370,15 +364,20 @@ def playground_rows(wb, run_id: Any) -> list[list[Any]]:
     if service is None or rid is None:
         return []
     return [[p.slug, f"[{p.url_path}]({p.url_path})", "token" if p.has_token else "public",
-             fmt.format_time(p.created_at)] for p in service.list_playgrounds(wb, run_id=rid)]
+             fmt.format_time(p.created_at), p.runtime] for p in service.list_playgrounds(wb, run_id=rid)]
 
 
-def publish_playground(wb, run_id: Any, with_token: bool) -> str:
+def runtime_choices(wb, run_id: Any) -> list[tuple[str, str]]:
+    """What can serve the selected run, as (label, runtime): ``pytorch`` and the variants of its newest export."""
+    return predict_panel.runtime_choices(wb, selected_run(run_id))
+
+
+def publish_playground(wb, run_id: Any, with_token: bool, runtime: str = "pytorch") -> str:
     """Publish the run; the message carries the link and, when asked for, the generated token (shown once)."""
     service, rid = _playground_service(), selected_run(run_id)
     if rid is None:
         raise gr.Error("Pick a run first (click its row in the table).")
-    info = service.publish(wb, rid, token=service.new_token() if with_token else None)
+    info = service.publish(wb, rid, token=service.new_token() if with_token else None, runtime=runtime or "pytorch")
     path = info.url_path
     warning = runs_service.learned_warning(wb, rid)
     caution = f"\n\n⚠ This run {warning}" if warning else ""
@@ -398,6 +397,14 @@ def unpublish_playground(wb, slug: str | None) -> str:
         raise gr.Error("Pick the playground to unpublish (its slug).")
     _playground_service().unpublish(wb, slug.strip())
     return f"✔ Playground **{slug.strip()}** unpublished: its link no longer works."
+
+
+def change_runtime(wb, slug: str | None, runtime: str | None) -> str:
+    """Serve a playground from another runtime; its next request is answered by it."""
+    if not (slug or "").strip():
+        raise gr.Error("Pick the playground whose runtime to change (its slug).")
+    info = _playground_service().set_runtime(wb, slug.strip(), runtime or "pytorch")
+    return f"✔ Playground **{info.slug}** is now served by **{info.runtime}** (from its next request)."
 
 
 def push_model(wb, run_id: Any, repo_id: str, token: str, private: bool) -> str:
@@ -512,11 +519,14 @@ class _Share:
     """The Share tab: publish and unpublish playgrounds, push to the Hub."""
 
     token: gr.Checkbox
+    runtime: gr.Dropdown
     publish: gr.Button
     status: gr.Markdown
     listing: gr.Dataframe
     slug: gr.Dropdown
     unpublish: gr.Button
+    new_runtime: gr.Dropdown
+    change_runtime: gr.Button
     hub_repo: gr.Textbox
     hub_token: gr.Textbox
     hub_private: gr.Checkbox
@@ -532,15 +542,21 @@ def _build_share() -> _Share:
         with gr.Row():
             share_token = gr.Checkbox(False, label="Protect with an access token (generated now, shown once)",
                                       elem_id="share-token")
+            share_runtime = gr.Dropdown(["pytorch"], value="pytorch", label="Served by", elem_id="share-runtime",
+                                        info="pytorch, or an ONNX variant of the run's newest export")
             share_publish = gr.Button("Publish a new playground", variant="primary", interactive=False,
                                       elem_id="share-publish")
         share_status = gr.Markdown(elem_id="share-status")
-        share_list = gr.Dataframe(headers=SHARE_HEADERS, datatype=["str", "markdown", "str", "str"],
+        share_list = gr.Dataframe(headers=SHARE_HEADERS, datatype=["str", "markdown", "str", "str", "str"],
                                   interactive=False, label="This run's playgrounds", elem_id="share-list")
         with gr.Row():
             share_slug = gr.Dropdown([], label="Playground to unpublish", elem_id="share-slug", scale=3)
             share_unpublish = gr.Button("Unpublish", variant="stop", size="sm", interactive=False,
                                         elem_id="share-unpublish", scale=1)
+            share_new_runtime = gr.Dropdown(["pytorch"], value="pytorch", label="Serve it by", scale=2,
+                                            elem_id="share-new-runtime")
+            share_change = gr.Button("Change runtime", size="sm", interactive=False,
+                                     elem_id="share-change-runtime", scale=1)
         gr.Markdown("**Push to the Hugging Face Hub** — needs internet; offline, download the zip instead.")
         with gr.Row():
             hub_repo = gr.Textbox(label="Repository", placeholder="user-or-org/model-name", scale=2,
@@ -549,8 +565,8 @@ def _build_share() -> _Share:
             hub_private = gr.Checkbox(True, label="Private repository")
             hub_push = gr.Button("Push to the Hub", size="sm", interactive=False, elem_id="hub-push")
         hub_status = gr.Markdown(elem_id="hub-status")
-    return _Share(share_token, share_publish, share_status, share_list, share_slug, share_unpublish, hub_repo,
-                  hub_token, hub_private, hub_push, hub_status)
+    return _Share(share_token, share_runtime, share_publish, share_status, share_list, share_slug, share_unpublish,
+                  share_new_runtime, share_change, hub_repo, hub_token, hub_private, hub_push, hub_status)
 
 
 @dataclasses.dataclass
@@ -569,6 +585,7 @@ class _Details:
     spec: gr.Code
     metric_details: gr.Dataframe
     predict: predict_panel.PredictPanel
+    export: export_panel.ExportPanel
     share: Optional[_Share]
 
     @property
@@ -610,9 +627,10 @@ def _build_details(can_publish: bool) -> _Details:
             spec = gr.Code(language="json", interactive=False)
         with gr.Tab("Predict", id="predict", elem_id="run-predict"):
             predict = predict_panel.build_panel()
+        export = export_panel.build_panel()
         share = _build_share() if can_publish else None
     return _Details(header, detail_tabs, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion,
-                    errors, spec, metric_details, predict, share)
+                    errors, spec, metric_details, predict, export, share)
 
 
 def build(wb) -> RunsTab:
@@ -630,6 +648,7 @@ def build(wb) -> RunsTab:
     _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
     opens = [row_click, *_wire_actions(wb, actions)]
     predict_panel.wire(wb, details.predict, actions.run_id, timer)
+    export_panel.wire(wb, details.export, actions.run_id, timer)
     if details.share is not None:
         _wire_share(wb, actions, details.tabs, details.share)
 
@@ -746,10 +765,14 @@ def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> N
     def share_values(rid, message=None):
         rows = playground_rows(wb, rid)
         slugs = [row[0] for row in rows]
+        runtimes = runtime_choices(wb, rid)
         return (gr.skip() if message is None else message, rows,
-                gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)))
+                gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)),
+                gr.update(choices=runtimes, value="pytorch"), gr.update(choices=runtimes, value=runtimes[-1][1]),
+                gr.update(interactive=bool(slugs)))
 
-    share_outputs = [share.status, share.listing, share.slug, share.unpublish]
+    share_outputs = [share.status, share.listing, share.slug, share.unpublish, share.runtime, share.new_runtime,
+                     share.change_runtime]
 
     def before_publishing(rid):
         """Said in the Share tab before anyone publishes a run that did not beat its baselines."""
@@ -762,8 +785,11 @@ def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> N
     # The action row's button opens the Share tab, where the token option and the list are.
     actions.publish.click(lambda: gr.Tabs(selected="share"), None, [detail_tabs])
 
-    def on_publish(rid, with_token):
-        return share_values(rid, inline(publish_playground, wb, rid, with_token))
+    def on_publish(rid, with_token, runtime):
+        return share_values(rid, inline(publish_playground, wb, rid, with_token, runtime))
+
+    def on_change_runtime(rid, slug, runtime):
+        return share_values(rid, inline(change_runtime, wb, slug, runtime))
 
     def on_unpublish(rid, slug):
         return share_values(rid, inline(unpublish_playground, wb, slug))
@@ -771,12 +797,14 @@ def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> N
     def on_push(rid, repo, token, private):
         return inline(push_model, wb, rid, repo, token, private)
 
-    share.publish.click(on_publish, [run_id, share.token], share_outputs)
+    share.publish.click(on_publish, [run_id, share.token, share.runtime], share_outputs)
+    share.change_runtime.click(on_change_runtime, [run_id, share.slug, share.new_runtime], share_outputs)
     share.unpublish.click(on_unpublish, [run_id, share.slug], share_outputs)
     share.hub_push.click(on_push, [run_id, share.hub_repo, share.hub_token, share.hub_private], [share.hub_status])
 
 
 def _export_zip(wb, run_id: int) -> Path:
-    from workbench.playground import service
+    """The model zip, with the run's latest successful ONNX export under ``onnx/`` when it has one."""
+    from workbench.services import exports
 
-    return Path(service.export_zip(wb, run_id))
+    return exports.model_zip(wb, run_id)
