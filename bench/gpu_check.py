@@ -18,10 +18,14 @@ Three parts, each recorded in one JSON document (stdout, and ``--out``):
    the engine measures it (optimisation only), MFU from it, accuracy, loss finite.
 3. ``ddp``: with two GPUs or more, the same run with ``gpus: 2`` (``accelerate
    launch --multi_gpu`` on a free port); otherwise ``{"skipped": ...}``.
+4. ``onnx``: the model exported by the workbench's export job (``jobs.export.job``)
+   on the device: fp32, int8 and, on a GPU, fp16, each checked against PyTorch
+   and timed (p50/p95 at batch 1, rows/s at batch 32); each variant names the
+   ONNX Runtime provider that ran it (CUDA needs ``onnxruntime-gpu`` installed).
 
 Exit code 0 when every check passed, 1 when one failed (``failed`` lists them),
 2 without CUDA (one line on stderr; nothing is measured) unless ``--smoke``.
-``--smoke`` runs parts 1-3 on the CPU with a 2-layer model (fp32, bf16 autocast
+``--smoke`` runs parts 1-4 on the CPU with a 2-layer model (fp32, bf16 autocast
 on the CPU; the engine runs in fp32 there; part 3 with 2 CPU processes on gloo)
 to test this script itself; its figures mean nothing for a GPU.
 """
@@ -243,6 +247,27 @@ def queue_run(home: Path, model_path: Path, data: tuple[Path, Path], *, precisio
 
 
 # -- the whole check -----------------------------------------------------------------------------
+# -- part 4: ONNX export ------------------------------------------------------------------------------
+def onnx_export(model_path: Path, work: Path, device: str, validation: Path) -> dict[str, Any]:
+    """The model exported as an export job does it on ``device``: each variant's agreement with PyTorch on the
+    validation records, its speed and the ONNX Runtime provider that ran it."""
+    from jobs.export.job import run_export
+    from jobs.export.spec import ExportSpec
+    from jobs.predict.spec import ModelRef
+    from jobs.progress import RecordingReporter
+    from jobs.run_job import model_labels
+    from jobs.spec import DataSpec, RunSpec
+
+    spec = RunSpec(task="text-classification", model=str(model_path),
+                   data=DataSpec(train_path=str(validation), validation_path=str(validation)))
+    ref = ModelRef(run_id=1, task="text-classification", model_dir=str(model_path),
+                   hyperparameters={"max_length": SEQ_LEN}, labels=model_labels(model_path))
+    report = run_export(ExportSpec(run_id=1), ref, spec, work / "onnx-export", RecordingReporter(), device=device)
+    fp32 = next(v for v in report["variants"] if v["name"] == "onnx-fp32")
+    return {"check": "onnx", "device": report["device"], "status": "succeeded" if fp32["status"] == "ok" else "failed",
+            "error": fp32.get("reason"), "pytorch": report["pytorch"], "variants": report["variants"]}
+
+
 def environment() -> dict[str, Any]:
     import torch
     import transformers
@@ -281,7 +306,8 @@ def run_check(smoke: bool, model: Optional[str], peak_override: Optional[float],
     model_path, origin = model_folder(work / "model", smoke, model)
     report: dict[str, Any] = {"mode": "smoke" if smoke else "gpu", "environment": env, "model": str(model_path),
                               "model_origin": origin, "peak_tflops_per_gpu": peak, "seq_len": SEQ_LEN,
-                              "throughput": [], "engine": [], "ddp": None, "failed": [], "skipped": []}
+                              "throughput": [], "engine": [], "ddp": None, "onnx": None, "failed": [],
+                              "skipped": []}
 
     def left() -> float:
         return budget - (time.perf_counter() - t0)
@@ -343,6 +369,7 @@ def run_check(smoke: bool, model: Optional[str], peak_override: Optional[float],
             timeout=min(180, left()), **run_kwargs), 60)
     else:
         report["ddp"] = {"skipped": f"{gpu_count} GPU visible; the 2-GPU run needs two"}
+    report["onnx"] = attempt("onnx export", lambda: onnx_export(model_path, work, device, data[1]), 30)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     report["ok"] = not report["failed"]
     if torch.cuda.is_available():

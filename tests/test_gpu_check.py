@@ -59,6 +59,9 @@ def test_smoke_mode_runs_every_part_on_the_cpu(tmp_path, monkeypatch):
     for part in report["throughput"]:
         assert part["seq_len"] == 128 and part["samples_per_second"] > 0 and part["loss_finite"]
         assert part["tokens_per_second"] == pytest.approx(part["samples_per_second"] * 128, rel=0.01)
+    onnx = report["onnx"]  # part 4: the export job on the CPU (no fp16 there)
+    assert onnx["status"] == "succeeded" and [v["name"] for v in onnx["variants"]] == ["onnx-fp32", "onnx-int8"]
+    assert onnx["variants"][0]["agreement"] >= 0.999 and all(v["rows_per_s"] > 0 for v in onnx["variants"])
     [engine] = report["engine"]
     assert engine["status"] == "succeeded" and engine["device"] == "cpu" and engine["steps"] == 4
     assert report["ddp"]["status"] == "succeeded" and report["ddp"]["device"] == "cpu x2"
