@@ -38,8 +38,8 @@ from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
 from storage.errors import TrainingError
-from storage.models import (CANCELLED, FAILED, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, PRUNED, SUCCEEDED, Artifact,
-                            MetricPoint, Run)
+from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, PRUNED,
+                            SUCCEEDED, Artifact, MetricPoint, Run)
 from storage.settings import Settings
 
 log = logging.getLogger("jobs.run_job")
@@ -287,11 +287,10 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
         raw_spec, output_dir, kind = dict(run.spec), Path(run.output_dir), run.kind
         sweep_id, trial_number = run.sweep_id, run.trial_number
     output_dir.mkdir(parents=True, exist_ok=True)
-    if kind == KIND_EXPORT:
-        return _execute_export(wb, run_id, attempt, raw_spec, output_dir, export_fn or _real_export)
     if kind != KIND_TRAIN:
-        return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir,
-                            predict_fn or _real_prediction, evaluate_fn or _real_evaluation)
+        return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir, {
+            KIND_PREDICT: predict_fn or _real_prediction, KIND_EVALUATE: evaluate_fn or _real_evaluation,
+            KIND_EXPORT: export_fn or _real_export})
     if _is_rank_zero():
         discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
@@ -317,22 +316,27 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
 
 
 def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: dict[str, Any], output_dir: Path,
-                 predict_fn: JobFn, evaluate_fn: JobFn) -> int:
-    """A prediction or evaluation: the model's run resolved into a ``ModelRef``, the work handed over."""
+                 work: Mapping[str, JobFn]) -> int:
+    """A prediction, evaluation or ONNX export: the model's run resolved into a ``ModelRef``, the work handed to
+    ``work[kind]``; cancel, failure and success recorded as for a training run."""
     reporter = DbReporter(wb.db, run_id, attempt)
     spec = None
     try:
-        spec = PredictSpec.from_dict(raw_spec)
+        spec = (ExportSpec if kind == KIND_EXPORT else PredictSpec).from_dict(raw_spec)
         model = resolve_model(wb, spec.run_id)
+        device = wb.settings.device
         if kind == KIND_PREDICT:
             log.info("run %s attempt %s: predicting %s with run %s", run_id, attempt, spec.input_name
                      or spec.input_path, spec.run_id)
-            result = predict_fn(spec, model, output_dir, reporter, device=wb.settings.device)
+            result = work[kind](spec, model, output_dir, reporter, device=device)
+        elif kind == KIND_EXPORT:  # the parity check scores the model's own validation split
+            log.info("run %s attempt %s: exporting run %s to ONNX", run_id, attempt, spec.run_id)
+            result = work[kind](spec, model, _model_run_spec(wb, spec.run_id), output_dir, reporter, device=device)
         else:
             records = [str(path) for path in dataset_files(wb.db, spec.dataset_id or "") if path is not None]
             log.info("run %s attempt %s: evaluating run %s on dataset %s", run_id, attempt, spec.run_id,
                      spec.dataset_id)
-            result = evaluate_fn(spec, model, records, output_dir, reporter, device=wb.settings.device)
+            result = work[kind](spec, model, records, output_dir, reporter, device=device)
     except Cancelled:
         return _stopped(wb, run_id, attempt, reporter)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the job
@@ -341,28 +345,6 @@ def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: 
         _record_failure(wb, run_id, attempt, exc, spec, output_dir)
         return EXIT_FAILED
     return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
-
-
-def _execute_export(wb: Workbench, run_id: int, attempt: int, raw_spec: dict[str, Any], output_dir: Path,
-                    export_fn: JobFn) -> int:
-    """An ONNX export: the model's run resolved into a ``ModelRef`` and its training spec (whose validation
-    split the parity check scores on), the work handed over; the outcomes of ``_execute_job``."""
-    reporter = DbReporter(wb.db, run_id, attempt)
-    spec = None
-    try:
-        spec = ExportSpec.from_dict(raw_spec)
-        model = resolve_model(wb, spec.run_id)
-        run_spec = _model_run_spec(wb, spec.run_id)
-        log.info("run %s attempt %s: exporting run %s to ONNX", run_id, attempt, spec.run_id)
-        result = export_fn(spec, model, run_spec, output_dir, reporter, device=wb.settings.device)
-    except Cancelled:
-        return _stopped(wb, run_id, attempt, reporter)
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the job
-        log.exception("run %s (export) failed", run_id)
-        reporter.flush()
-        _record_failure(wb, run_id, attempt, exc, spec, output_dir)
-        return EXIT_FAILED
-    return _succeeded(wb, run_id, attempt, reporter, output_dir, result, KIND_EXPORT)
 
 
 def _model_run_spec(wb: Workbench, run_id: int) -> RunSpec:

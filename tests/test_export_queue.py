@@ -87,11 +87,10 @@ def test_export_is_refused_for_runs_without_a_model_to_export(wb):
     failed = trained_run(wb, FAILED, model=False)
     _refused(wb, InvalidState, f"run {failed} failed; only a succeeded run has a model to export", failed)
     training = trained_run(wb, RUNNING)
-    _refused(wb, InvalidState, f"run {training} is still training \\(running\\); export it once it has succeeded",
-             training)
+    _refused(wb, InvalidState, f"run {training} is still training; export it once it has succeeded", training)
     waiting = runs.submit_run(wb, RunSpec(task="text-classification", model="m",
                                           data=DataSpec(train_path=str(wb.settings.home / "data" / "train.jsonl"))))
-    _refused(wb, InvalidState, f"run {waiting} is queued and has not trained yet", waiting)
+    _refused(wb, InvalidState, f"run {waiting} has not started training yet \\(it is queued\\); export it", waiting)
     gone = trained_run(wb, SUCCEEDED, model=False)
     _refused(wb, InvalidState, f"run {gone} has no saved model .*model is missing\\); train it again", gone)
 

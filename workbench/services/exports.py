@@ -25,28 +25,14 @@ from jobs.export.runtime import ONNX_DIR, latest_onnx_dir
 from jobs.export.spec import ExportSpec
 from jobs.states import ACTIVE
 from storage.context import Workbench
-from storage.models import FAILED, KIND_EXPORT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Run
+from storage.models import FAILED, KIND_EXPORT, KIND_TRAIN, QUEUED, SUCCEEDED, Run
 from workbench.errors import InvalidState, NotFound
+from workbench.services.predictions import not_ready
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "export.json"  # in an export job's output folder: the report, also the job's metrics
 PENDING = (QUEUED, *ACTIVE)
-
-
-def _not_ready(run_id: int, status: str) -> str:
-    """Why a run in ``status`` has no model to export yet, and what to do ("" once it has succeeded)."""
-    if status == SUCCEEDED:
-        return ""
-    if status == QUEUED:
-        return f"run {run_id} is queued and has not trained yet; export it once it has succeeded"
-    if status in ACTIVE:
-        return f"run {run_id} is still training ({status}); export it once it has succeeded"
-    if status == PRUNED:
-        return f"run {run_id} was stopped early by its sweep and saved no model; export another run"
-    verb = "failed" if status == FAILED else f"was {status}"
-    return (f"run {run_id} {verb}; only a succeeded run has a model to export (retry it, or export another "
-            "run)")
 
 
 def _exportable(session, run_id: int) -> Run:
@@ -60,7 +46,7 @@ def _exportable(session, run_id: int) -> Run:
         used = f"; export the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
         article = "an" if run.kind[:1] in "aeiou" else "a"
         raise InvalidState(f"run {run_id} is {article} {run.kind} job, not a training run{used}")
-    problem = _not_ready(run_id, run.status)
+    problem = not_ready(run_id, run.status, "export it", "to export", "export another run")
     if problem:
         raise InvalidState(problem)
     model_dir = Path(run.output_dir or "") / "model"

@@ -70,18 +70,20 @@ def forget_input(wb: Workbench, path: Path) -> bool:
     return True
 
 
-def _not_ready(run_id: int, status: str) -> str:
-    """Why a run in ``status`` has no model to put to work yet ("" once it has succeeded)."""
+def not_ready(run_id: int, status: str, act: str = "predict", use: str = "to predict with",
+              instead: str = "pick another run") -> str:
+    """Why a run in ``status`` has no model to put to work yet and what to do ("" once it has succeeded):
+    ``act`` once it has, or ``instead``. Exports say it with their own words (``workbench.services.exports``)."""
     if status == SUCCEEDED:
         return ""
     if status == QUEUED:
-        return f"run {run_id} has not started training yet (it is queued); predict once it has succeeded"
+        return f"run {run_id} has not started training yet (it is queued); {act} once it has succeeded"
     if status in ACTIVE:
-        return f"run {run_id} is still training; predict once it has succeeded"
+        return f"run {run_id} is still training; {act} once it has succeeded"
     if status == PRUNED:
-        return f"run {run_id} was stopped early by its sweep and saved no model; pick another run"
+        return f"run {run_id} was stopped early by its sweep and saved no model; {instead}"
     verb = "failed" if status == FAILED else f"was {status}"
-    return f"run {run_id} {verb}; only a succeeded run has a model to predict with (retry it, or pick another run)"
+    return f"run {run_id} {verb}; only a succeeded run has a model {use} (retry it, or {instead})"
 
 
 def model_run(session, run_id: int) -> Run:
@@ -93,7 +95,7 @@ def model_run(session, run_id: int) -> Run:
     if run.kind != KIND_TRAIN:
         used = f"; use the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
         raise InvalidState(f"run {run_id} is a {run.kind} job, not a training run{used}")
-    problem = _not_ready(run_id, run.status)
+    problem = not_ready(run_id, run.status)
     if problem:
         raise InvalidState(problem)
     model_dir = Path(run.output_dir or "") / "model"
