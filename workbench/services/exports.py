@@ -27,32 +27,20 @@ from jobs.states import ACTIVE
 from storage.context import Workbench
 from storage.models import FAILED, KIND_EXPORT, KIND_TRAIN, QUEUED, SUCCEEDED, Run
 from workbench.errors import InvalidState, NotFound
-from workbench.services.predictions import not_ready
+from workbench.services.predictions import Wording, model_run
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "export.json"  # in an export job's output folder: the report, also the job's metrics
 PENDING = (QUEUED, *ACTIVE)
+EXPORT_WORDS = Wording(act="export it", use="to export", instead="export another run", redirect="export",
+                       again=" to export it")
 
 
 def _exportable(session, run_id: int) -> Run:
     """The training run ``run_id`` once its model can be exported: it exists, succeeded and kept its model
     folder, and no export of it is already waiting or running."""
-    run = session.get(Run, run_id)
-    if run is None:
-        raise NotFound(f"run {run_id} does not exist (it may have been deleted); `workbench runs list` shows "
-                       "the runs there are")
-    if run.kind != KIND_TRAIN:
-        used = f"; export the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
-        article = "an" if run.kind[:1] in "aeiou" else "a"
-        raise InvalidState(f"run {run_id} is {article} {run.kind} job, not a training run{used}")
-    problem = not_ready(run_id, run.status, "export it", "to export", "export another run")
-    if problem:
-        raise InvalidState(problem)
-    model_dir = Path(run.output_dir or "") / "model"
-    if not run.output_dir or not model_dir.is_dir():
-        raise InvalidState(f"run {run_id} has no saved model ({model_dir} is missing); train it again to "
-                           "export it")
+    run = model_run(session, run_id, EXPORT_WORDS)
     pending = session.scalar(select(Run.id).where(Run.parent_run_id == run_id, Run.kind == KIND_EXPORT,
                                                   Run.status.in_(PENDING)).order_by(Run.id.desc()).limit(1))
     if pending is not None:

@@ -15,7 +15,7 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import aliased
@@ -70,37 +70,47 @@ def forget_input(wb: Workbench, path: Path) -> bool:
     return True
 
 
-def not_ready(run_id: int, status: str, act: str = "predict", use: str = "to predict with",
-              instead: str = "pick another run") -> str:
-    """Why a run in ``status`` has no model to put to work yet and what to do ("" once it has succeeded):
-    ``act`` once it has, or ``instead``. Exports say it with their own words (``workbench.services.exports``)."""
+class Wording(NamedTuple):
+    """How the refusals of ``model_run`` say what the caller wanted of the model (predictions by default)."""
+
+    act: str = "predict"  # "... predict once it has succeeded"
+    use: str = "to predict with"  # "only a succeeded run has a model to predict with"
+    instead: str = "pick another run"
+    redirect: str = "use"  # "use the run whose model it used"
+    again: str = ""  # after "train it again"
+
+
+def not_ready(run_id: int, status: str, words: Wording = Wording()) -> str:
+    """Why a run in ``status`` has no model to put to work yet and what to do ("" once it has succeeded)."""
     if status == SUCCEEDED:
         return ""
     if status == QUEUED:
-        return f"run {run_id} has not started training yet (it is queued); {act} once it has succeeded"
+        return f"run {run_id} has not started training yet (it is queued); {words.act} once it has succeeded"
     if status in ACTIVE:
-        return f"run {run_id} is still training; {act} once it has succeeded"
+        return f"run {run_id} is still training; {words.act} once it has succeeded"
     if status == PRUNED:
-        return f"run {run_id} was stopped early by its sweep and saved no model; {instead}"
+        return f"run {run_id} was stopped early by its sweep and saved no model; {words.instead}"
     verb = "failed" if status == FAILED else f"was {status}"
-    return f"run {run_id} {verb}; only a succeeded run has a model {use} (retry it, or {instead})"
+    return f"run {run_id} {verb}; only a succeeded run has a model {words.use} (retry it, or {words.instead})"
 
 
-def model_run(session, run_id: int) -> Run:
-    """The run whose model a new job will use: it exists, is a training run, succeeded and kept its model."""
+def model_run(session, run_id: int, words: Wording = Wording()) -> Run:
+    """The run whose model a new job will use: it exists, is a training run, succeeded and kept its model
+    (``words``: how the refusals name the job; exports say it their way)."""
     run = session.get(Run, run_id)
     if run is None:
         raise NotFound(f"run {run_id} does not exist (it may have been deleted); `workbench runs list` shows "
                        "the runs there are")
     if run.kind != KIND_TRAIN:
-        used = f"; use the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
-        raise InvalidState(f"run {run_id} is a {run.kind} job, not a training run{used}")
-    problem = not_ready(run_id, run.status)
+        used = f"; {words.redirect} the run whose model it used (run {run.parent_run_id})" if run.parent_run_id else ""
+        article = "an" if run.kind[:1] in "aeiou" else "a"
+        raise InvalidState(f"run {run_id} is {article} {run.kind} job, not a training run{used}")
+    problem = not_ready(run_id, run.status, words)
     if problem:
         raise InvalidState(problem)
     model_dir = Path(run.output_dir or "") / "model"
     if not run.output_dir or not model_dir.is_dir():
-        raise InvalidState(f"run {run_id} has no saved model ({model_dir} is missing); train it again")
+        raise InvalidState(f"run {run_id} has no saved model ({model_dir} is missing); train it again{words.again}")
     return run
 
 
