@@ -341,7 +341,9 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     """The WorkbenchTrainer for ``built``, checkpointing into ``checkpoints``; returns it and its ReporterCallback."""
     from transformers import EarlyStoppingCallback
 
-    from jobs.training import MetricThenLater, ReporterCallback, WorkbenchTrainer, training_arguments
+    from jobs.hyperparameters import LEARNED_LOSS
+    from jobs.training import (MetricThenLater, ReporterCallback, StopWhenLearned, WorkbenchTrainer,
+                               training_arguments)
 
     prepared = built.prepared
     selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
@@ -354,6 +356,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
         callbacks.append(MetricThenLater(selected_by, greater))  # before early stopping, which reads its key
     if hp["early_stopping_patience"]:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=hp["early_stopping_patience"]))
+    if hp.get("stop_when_learned") and prepared.main_metric != "loss" and args.eval_strategy == "steps":
+        callbacks.append(StopWhenLearned(prepared.main_metric, LEARNED_LOSS, anneal_steps=int(args.eval_steps)))
     loss_func = _class_weighted_loss(prepared)
     trainer = WorkbenchTrainer(model=built.model, args=args, data_collator=prepared.collator,
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
@@ -407,8 +411,8 @@ def _fit(trainer, callback, prepared, hp: dict, device: str, resume: Optional[st
     steps_done = int(trainer.state.global_step) - (int(resume.rsplit("-", 1)[-1]) if resume else 0)
     if resume or hp["max_steps"]:
         samples = steps_done * hp["batch_size"] * hp["gradient_accumulation_steps"] * processes
-    else:
-        samples = len(prepared.train_dataset) * hp["epochs"]
+    else:  # the epochs done: early stopping, or a learned split, ends a run before its planned epochs
+        samples = len(prepared.train_dataset) * min(hp["epochs"], float(trainer.state.epoch or hp["epochs"]))
     # throughput of the optimisation itself: evaluation and checkpoint writing inside train() excluded
     pure_seconds = max(train_seconds - trainer.overhead_seconds, 1e-9)
     if callback.cancelled:
@@ -463,6 +467,8 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
     """The evaluation's scores, then what the run did and what it cost (measured after the model's export)."""
     import torch
 
+    from jobs.training import StopWhenLearned
+
     metrics = dict(evaluated.evaluation.metrics)
     metrics.update({
         "train_loss": float(fitted.result.training_loss),
@@ -485,6 +491,9 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
         "processes": processes,
         **built.attention.as_metrics(),
     })
+    learned = next((c for c in trainer.callback_handler.callbacks if isinstance(c, StopWhenLearned)), None)
+    if learned is not None and learned.learned_at is not None:  # the step floor's extra epochs were cut short
+        metrics["learned_at_step"] = learned.learned_at
     return metrics
 
 

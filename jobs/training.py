@@ -222,6 +222,65 @@ class MetricThenLater(TrainerCallback):
             metrics[f"eval_{SELECTION_KEY}"] = self.sign * metrics[self.key] + _TIE_WEIGHT * done
 
 
+class StopWhenLearned(TrainerCallback):
+    """Ends a small-data run soon after its validation split is learned, with its rate annealed to 0.
+
+    The step floor (``jobs.hyperparameters.MIN_STEPS``) is for sets that are slow to learn; an easy set
+    gets every validation example right in a fraction of it and then only grows surer. At an evaluation
+    where the task metric is at its best value (1.0) and the mean validation loss is below ``loss_below``,
+    the rate falls linearly from where the schedule is to 0 over ``anneal_steps`` more steps, and the run
+    stops there, evaluated and checkpointed when a checkpoint is picked. Stopping at once would keep a model
+    caught mid-schedule, which swings: SMS spam, 300 messages, seed 1, test accuracy 0.991, 0.989, 0.975
+    at three evaluations 17 steps apart, all with every validation message right.
+
+    The shortened schedule is not part of a checkpoint: a run resumed after a crash follows its first
+    schedule until its next evaluation finds the split learned again. Every rank gets the same gathered
+    metrics, so every rank stops at the same step.
+    """
+
+    def __init__(self, main_metric: str, loss_below: float, anneal_steps: int, best_value: float = 1.0):
+        self.key, self.loss_below, self.best_value = f"eval_{main_metric}", loss_below, best_value
+        self.anneal_steps = max(1, anneal_steps)
+        self.learned_at: Optional[int] = None
+        self.stop_at: Optional[int] = None
+
+    def on_evaluate(self, args, state, control, metrics=None, lr_scheduler=None, **kwargs):
+        if self.learned_at is not None or not metrics:
+            return control
+        value, loss = metrics.get(self.key), metrics.get("eval_loss")
+        if value is None or loss is None or value < self.best_value - 1e-9 or loss >= self.loss_below:
+            return control
+        self.learned_at = state.global_step
+        self.stop_at = min(state.max_steps, state.global_step + self.anneal_steps)
+        annealed = anneal_schedule(lr_scheduler, state.global_step, self.stop_at)
+        log.info("validation learned at step %d (%s %.4f, loss %.4f): %s, stopping at step %d",
+                 state.global_step, self.key[5:], value, loss,
+                 "rate annealed to 0" if annealed else "schedule unchanged", self.stop_at)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop_at is not None and state.global_step >= self.stop_at:
+            control.should_training_stop = True
+            if args.load_best_model_at_end:  # the annealed model is a candidate like any checkpoint
+                control.should_evaluate = control.should_save = True
+        return control
+
+
+def anneal_schedule(scheduler, start: int, stop: int) -> bool:
+    """Make ``scheduler`` (a LambdaLR, as every Trainer schedule is) fall linearly from its factor at step
+    ``start`` to 0 at ``stop``; False (nothing changed) for any other scheduler."""
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if not lambdas or stop <= start:
+        return False
+
+    def shortened(factor: Callable[[int], float]) -> Callable[[int], float]:
+        at_start = factor(start)
+        return lambda step: factor(step) if step < start else at_start * max(0.0, (stop - step) / (stop - start))
+
+    scheduler.lr_lambdas = [shortened(factor) for factor in lambdas]
+    return True
+
+
 def world_size() -> int:
     """Training processes of this run (torchrun / accelerate launch set WORLD_SIZE in each)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -302,7 +361,8 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         eval_strategy=strategy if evaluating else "no",
         save_strategy=strategy,
         eval_steps=eval_steps,
-        save_steps=eval_steps,
+        # without selection a checkpoint is only for a resume; with it, every evaluated step must be saved
+        save_steps=eval_steps if selecting else (hp.get("save_steps") or eval_steps),
         save_total_limit=2,  # with load_best_model_at_end the Trainer keeps the best and the latest
         load_best_model_at_end=selecting,
         # "loss" ranks by itself; any task metric through MetricThenLater's key, where higher is better

@@ -315,3 +315,33 @@ def test_wrong_file_for_the_task_is_a_training_error(tiny, tmp_path):
     spec = _spec("token-classification", tmp_path, classification_records(8), classification_records(4), tiny)
     with pytest.raises(TrainingError, match="tokens"):
         run_training(spec, tmp_path / "run", RecordingReporter())
+
+
+def test_a_small_set_stops_once_its_validation_split_is_learned(tiny, tmp_path):
+    # 64 examples under the standard preset: the 400-step floor (50 epochs of 8 steps); 32 validation examples,
+    # enough to call the split learned, evaluated every 20 steps
+    reporter = RecordingReporter()
+    spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(32, 1), tiny,
+                 epochs=None, method="finetune")
+    metrics = run_training(spec, tmp_path / "run", reporter)
+    assert reporter.facts["total_steps"] == 400 and reporter.facts["hyperparameters"]["eval_steps"] == 20
+    learned = metrics["learned_at_step"]
+    assert metrics["steps"] == learned + 20 < 400 and metrics["accuracy"] == 1.0
+    rates = [p[2]["train/learning_rate"] for p in reporter.points if "train/learning_rate" in p[2]]
+    assert rates[-1] < rates[0] / 5  # annealed on the way out, not cut off at full rate
+    # the throughput later estimates use counts the examples really seen, not the 50 planned epochs
+    seen = metrics["samples_per_second"] * (metrics["train_seconds"] - metrics["eval_and_checkpoint_seconds"])
+    assert seen == pytest.approx(8 * metrics["steps"], rel=0.02)
+    assert "learned" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_a_split_that_is_never_learned_trains_to_the_floor(tiny, tmp_path):
+    import random
+
+    noisy = classification_records(16)
+    for record in random.Random(0).sample(noisy, 4):  # a quarter of the labels flipped: the split stays unlearned
+        record["label"] = "neg" if record["label"] == "pos" else "pos"
+    spec = _spec("text-classification", tmp_path, noisy, classification_records(32, 1), tiny, epochs=None,
+                 method="finetune")
+    metrics = run_training(spec, tmp_path / "run", RecordingReporter())
+    assert metrics["steps"] == 200 and "learned_at_step" not in metrics  # 100 epochs (the most) of 2 steps

@@ -162,10 +162,18 @@ def test_a_small_data_run_evaluates_a_few_times_not_after_each_short_epoch():
     from jobs.hyperparameters import evaluations_during_training
 
     tiny = resolve_hyperparameters(_spec(method="finetune"), SMALL, 29)  # 100 epochs of 4 steps
-    assert tiny["epochs"] == 100 and tiny["eval_steps"] == 80  # 400 steps, 5 evaluations
-    assert evaluations_during_training(tiny, 4) == 5
+    assert tiny["epochs"] == 100 and tiny["eval_steps"] == 80  # 400 steps, 5 evaluations of 3 examples
+    assert evaluations_during_training(tiny, 4) == 5 and tiny["save_steps"] is None
+    # 30 validation examples can show the split is learned: 20 cheap evaluations, a checkpoint at every fourth
+    thirty = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270)
+    assert (thirty["eval_steps"], thirty["save_steps"]) == (21, 84) and evaluations_during_training(thirty, 34) == 19
+    # a checkpoint picked by the loss (as an audit's folds are) must exist: 5 evaluations, each saved
+    by_loss = resolve_hyperparameters(_spec(method="finetune", select_by="loss"), SMALL, 270)
+    assert (by_loss["eval_steps"], by_loss["save_steps"], by_loss["stop_when_learned"]) == (82, None, True)
+    assert "the checkpoint of the best validation loss is kept" in by_loss["why"]
     selecting = resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=100)
     assert selecting["eval_steps"] == 46 and evaluations_during_training(selecting, 113) == 9
+    assert selecting["save_steps"] is None  # the picked checkpoint must exist: one at every evaluation
     assert resolve_hyperparameters(_spec(method="finetune", eval_steps=7), SMALL, 29)["eval_steps"] == 7
     assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 10_000)["eval_steps"] is None
 
@@ -209,3 +217,69 @@ def test_selection_by_a_metric_goes_through_the_tie_break_key_and_loss_ranks_by_
     assert args.metric_for_best_model == SELECTION_KEY and args.greater_is_better and args.load_best_model_at_end
     args = training_arguments("/tmp/unused", hp, "cpu", 270, "loss", False, ["labels"])
     assert args.metric_for_best_model == "loss" and not args.greater_is_better
+
+
+def test_only_a_raised_floor_stops_once_the_validation_split_is_learned():
+    small = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270)
+    assert small["stop_when_learned"] and "fewer once every validation example is learned" in small["why"]
+    assert resolve_hyperparameters(_spec("token-classification"), SMALL, 270)["stop_when_learned"]
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)["stop_when_learned"]
+    # all of 3 validation sentences right says little (one entity among them would do)
+    few = resolve_hyperparameters(_spec("token-classification"), SMALL, 29)
+    assert not few["stop_when_learned"] and "learned" not in few["why"]
+    # large data, explicit epochs or steps: the run is as long as asked; QA ranks by loss, not a perfect score
+    for hp in (resolve_hyperparameters(_spec(), SMALL, 10_000), resolve_hyperparameters(_spec(epochs=2), SMALL, 270),
+               resolve_hyperparameters(_spec(max_steps=50), SMALL, 270),
+               resolve_hyperparameters(_spec("question-answering"), SMALL, 270)):
+        assert not hp["stop_when_learned"]
+
+
+def test_the_shortened_schedule_falls_from_where_it_is_to_zero():
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from jobs.training import anneal_schedule
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=10, num_training_steps=400)
+    before = [scheduler.lr_lambdas[0](step) for step in (5, 60)]
+    assert anneal_schedule(scheduler, 60, 80)
+    factor = scheduler.lr_lambdas[0]
+    assert [factor(5), factor(60)] == before  # up to the cut, the schedule it had
+    assert factor(70) == pytest.approx(before[1] / 2) and factor(80) == 0.0 and factor(90) == 0.0
+    assert not anneal_schedule(torch.optim.lr_scheduler.StepLR(optimizer, 10), 60, 80)  # no factors to reshape
+
+
+def test_stop_when_learned_waits_for_every_validation_example_and_a_low_loss():
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from jobs.training import StopWhenLearned
+
+    args = SimpleNamespace(load_best_model_at_end=False)
+    stop = StopWhenLearned("accuracy", loss_below=0.02, anneal_steps=21)
+
+    def evaluate(step, accuracy, loss):
+        stop.on_evaluate(args, SimpleNamespace(global_step=step, max_steps=408), TrainerControl(),
+                         metrics={"eval_accuracy": accuracy, "eval_loss": loss})
+
+    def step_end(step):
+        return stop.on_step_end(args, SimpleNamespace(global_step=step), TrainerControl()).should_training_stop
+
+    evaluate(21, 0.967, 0.01)   # one validation example wrong
+    evaluate(42, 1.0, 0.05)     # all right, not yet sure of them
+    assert stop.learned_at is None and not step_end(400)
+    evaluate(63, 1.0, 0.019)
+    evaluate(84, 0.9, 0.5)      # the first learned evaluation decides; later ones change nothing
+    assert (stop.learned_at, stop.stop_at) == (63, 84)
+    assert not step_end(83) and step_end(84)
+    # near the end the floor's own last step comes first
+    late = StopWhenLearned("entity_f1", loss_below=0.02, anneal_steps=21)
+    late.on_evaluate(args, SimpleNamespace(global_step=400, max_steps=408), TrainerControl(),
+                     metrics={"eval_entity_f1": 1.0, "eval_loss": 0.001})
+    assert late.stop_at == 408
+    # a run that picks its checkpoint evaluates and saves the annealed model, a candidate like any other
+    picking = SimpleNamespace(load_best_model_at_end=True)
+    control = late.on_step_end(picking, SimpleNamespace(global_step=408), TrainerControl())
+    assert control.should_training_stop and control.should_evaluate and control.should_save

@@ -111,9 +111,11 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     steps = hp["max_steps"] or math.ceil(per_epoch * hp["epochs"])
     examples = min(used * hp["epochs"], steps * hp["batch_size"] * hp["gradient_accumulation_steps"])
     evaluations = hyperparameters.evaluations_during_training(hp, per_epoch)
+    # a checkpoint at each evaluation (a small-data run without selection: every few); a single epoch still
+    # saves one at its end. A run that learns its validation split early stops sooner than planned.
+    checkpoints = steps // hp["save_steps"] if hp.get("save_steps") else evaluations
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
-            # a checkpoint at each evaluation; a single epoch still saves one at its end
-            "checkpoints": evaluations or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
+            "checkpoints": checkpoints or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
             "method": method}
 
 
