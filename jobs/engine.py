@@ -82,16 +82,21 @@ def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
     return str(max(done)[1]) if done else None
 
 
-def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple[str, str]:
-    """The training method for ``spec`` on ``records`` (see ``jobs.hyperparameters.choose_method``)."""
-    from jobs.hyperparameters import is_sentence_model, method_for
+def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple[str, str, bool]:
+    """The training method for ``spec`` on ``records`` (see ``jobs.hyperparameters.choose_method``), its
+    reason, and whether fine-tuning trains a sentence head (``jobs.hyperparameters.sentence_head``)."""
+    from jobs.hyperparameters import head_for, is_sentence_model, method_for
+    from jobs.setfit_method import pools_as_supported
 
     if spec.task != "text-classification":
-        return "finetune", ""
+        return "finetune", "", False
     multi = any(isinstance(r.get("label"), list) for r in records)
     classes = len({str(r.get("label")) for r in records}) if not multi else 2
-    return method_for(spec, len(records), classes, multi_label=multi,
-                      pairs=any(r.get("text_pair") for r in records), sentence_model=is_sentence_model(model_path))
+    pairs, sentence_model = any(r.get("text_pair") for r in records), is_sentence_model(model_path)
+    method, why = method_for(spec, len(records), classes, multi_label=multi, pairs=pairs,
+                             sentence_model=sentence_model)
+    return method, why, head_for(spec, len(records), classes, method, multi_label=multi, pairs=pairs,
+                                 sentence_model=sentence_model and pools_as_supported(model_path))
 
 
 def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
@@ -277,7 +282,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
 def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
     """Read the records, split off validation when none was given, choose the method and the hyper-parameters."""
     from jobs import catalogue
-    from jobs.hyperparameters import resolve_hyperparameters
+    from jobs.hyperparameters import SENTENCE_HEAD_WHY, resolve_hyperparameters
     from jobs.tasks import task_module
 
     if init_model_path and not Path(init_model_path).is_dir():
@@ -291,10 +296,13 @@ def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
         validation = module.read(spec.data.validation_path)
     else:
         train, validation = _split_validation(train, spec.train.seed)
-    method, method_why = _choose_method(spec, train, path)
+    method, method_why, head = _choose_method(spec, train, path)
     hp = resolve_hyperparameters(spec, info, len(train), method, n_validation=len(validation))
     if method_why:
         hp["why"] += f" ({method_why})"
+    if head:
+        hp["head"] = "sentence"
+        hp["why"] += f"; {SENTENCE_HEAD_WHY}"
     log.info("defaults: %s", hp["why"])
     available = len(train)
     train = subsample(train, hp["max_train_examples"], hp["seed"])

@@ -12,6 +12,11 @@ is an ``nn.Module`` that answers like a transformers sequence classifier (``.log
 ``.attentions``, ``.config.id2label``): evaluation, audits, playgrounds and the API use it as they
 use any run's model. A SetFit run keeps no checkpoints: stopped or crashed, it starts again
 (it takes minutes).
+
+The same classifier is what a fine-tuning run of a sentence-transformers model trains
+(``build_sentence_classifier``): the encoder with its own pooling and a linear head started from a
+logistic regression on the frozen embeddings, tuned end to end by the engine's Trainer and saved in
+this layout (``setfit.json`` says ``"method": "finetune"``).
 """
 from __future__ import annotations
 
@@ -85,11 +90,17 @@ def _torch_module():
     import torch
 
     class SetFitClassifier(torch.nn.Module):
-        """Encoder + pooling (+ L2 normalisation) + the logistic-regression head, as one torch module."""
+        """Encoder + pooling (+ L2 normalisation) + a linear head, as one torch module: a SetFit run's model,
+        or a sentence-transformers model being fine-tuned (given ``labels``, ``forward`` returns the loss)."""
 
-        def __init__(self, body, weight, bias, pooling: str, normalize: bool, labels: Sequence[str]):
+        # the loss is a mean over the batch: the Trainer divides it for gradient accumulation itself
+        accepts_loss_kwargs = False
+
+        def __init__(self, body, weight, bias, pooling: str, normalize: bool, labels: Sequence[str],
+                     method: str = "setfit", max_length: int = 512):
             super().__init__()
             self.body, self.pooling, self.normalize = body, pooling, normalize
+            self.method, self.max_length, self.labels = method, max_length, list(labels)
             self.head = torch.nn.Linear(weight.shape[1], weight.shape[0])
             with torch.no_grad():
                 self.head.weight.copy_(torch.as_tensor(weight))
@@ -110,12 +121,28 @@ def _torch_module():
                 embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
             return embeddings, out
 
-        def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False, **_):
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                    output_attentions=False, **_):
             from transformers.modeling_outputs import SequenceClassifierOutput
 
             embeddings, out = self.embed(input_ids, attention_mask, token_type_ids, output_attentions)
-            return SequenceClassifierOutput(logits=self.head(embeddings),
+            logits = self.head(embeddings)
+            loss = torch.nn.functional.cross_entropy(logits, labels) if labels is not None else None
+            return SequenceClassifierOutput(loss=loss, logits=logits,
                                             attentions=out.attentions if output_attentions else None)
+
+        def set_attn_implementation(self, implementation: str) -> None:
+            self.body.set_attn_implementation(implementation)
+
+        def save_pretrained(self, model_dir, **_) -> None:
+            """The encoder as a transformers folder, the head and its pooling in ``setfit.json``; a model
+            fine-tuned from a sentence-transformers folder stays one (its module files are copied)."""
+            self.body.save_pretrained(model_dir)
+            if getattr(self, "source", None):
+                copy_sentence_modules(Path(self.source), Path(model_dir))
+            save_head(Path(model_dir), self.head.weight.detach().cpu().numpy(),
+                      self.head.bias.detach().cpu().numpy(), self.labels, self.pooling, self.normalize,
+                      self.max_length, method=self.method)
 
     return SetFitClassifier
 
@@ -131,20 +158,117 @@ def load_classifier(model_dir: str | Path, attn_implementation: Optional[str] = 
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     body = AutoModel.from_pretrained(str(model_dir), **kwargs)
     model = _torch_module()(body, head["weight"], head["bias"], config["pooling"], config["normalize"],
-                            config["labels"])
+                            config["labels"], config.get("method", "setfit"), config.get("max_length", 512))
     return model.eval()
 
 
+_HEADS = {"setfit": "logistic regression (scikit-learn), stored as a linear layer",
+          "finetune": "linear layer, started from a logistic regression on the frozen embeddings and "
+                      "fine-tuned with the encoder"}
+
+
 def save_head(model_dir: Path, weight: np.ndarray, bias: np.ndarray, labels: Sequence[str], pooling: str,
-              normalize: bool, max_length: int) -> None:
+              normalize: bool, max_length: int, method: str = "setfit") -> None:
     from safetensors.numpy import save_file
 
     save_file({"weight": np.ascontiguousarray(weight, dtype=np.float32),
                "bias": np.ascontiguousarray(bias, dtype=np.float32)}, str(model_dir / HEAD_FILE))
     (model_dir / CONFIG_FILE).write_text(json.dumps(
-        {"method": "setfit", "labels": list(labels), "pooling": pooling, "normalize": normalize,
-         "max_length": max_length, "head": "logistic regression (scikit-learn), stored as a linear layer"},
-        indent=2), encoding="utf-8")
+        {"method": method, "labels": list(labels), "pooling": pooling, "normalize": normalize,
+         "max_length": max_length, "head": _HEADS[method]}, indent=2), encoding="utf-8")
+
+
+_SENTENCE_FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
+
+
+def copy_sentence_modules(source: Path, target: Path) -> None:
+    """sentence-transformers' own files (modules.json, the pooling and normalisation folders) from
+    ``source`` to ``target``, so the fine-tuned encoder loads as a ``SentenceTransformer`` too."""
+    import shutil
+
+    if not (source / "modules.json").is_file():
+        return
+    for name in _SENTENCE_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+    for module in json.loads((source / "modules.json").read_text(encoding="utf-8")):
+        folder = module.get("path", "")
+        if folder and (source / folder).is_dir():
+            shutil.copytree(source / folder, target / folder, dirs_exist_ok=True)
+
+
+def sentence_layout(path: str | Path) -> Optional[tuple[str, bool]]:
+    """(pooling, normalised?) of the sentence encoder in ``path``: a run's ``setfit.json``, else a
+    sentence-transformers ``modules.json``; None for any other model."""
+    path = Path(path)
+    if is_setfit_model(path):
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        return config["pooling"], bool(config["normalize"])
+    if not (path / "modules.json").is_file():
+        return None
+    return _sentence_transformers_layout(path)
+
+
+def pools_as_supported(path: str | Path) -> bool:
+    """Whether the sentence encoder in ``path`` pools by mean or [CLS], the two ``pool`` computes."""
+    try:
+        return sentence_layout(path) is not None
+    except TrainingError:
+        return False
+
+
+# The linear probe that starts a fine-tuned sentence head: fitted on at most this many training examples.
+PROBE_MAX_EXAMPLES = 1000
+
+
+def build_sentence_classifier(path: str, labels: Sequence[str], max_length: int, train_dataset, collator, *,
+                              balanced: bool, seed: int):
+    """A sentence-transformers model ready to fine-tune for ``labels``: its encoder, its own pooling and a
+    linear head whose start is a logistic regression on the frozen embeddings of (up to
+    ``PROBE_MAX_EXAMPLES``) training examples — linear probing, then fine-tuning (Kumar et al., 2022).
+
+    The model was trained to embed sentences by pooling its token states; a classifier reading its [CLS]
+    state with a new random head starts from a much weaker representation. TREC-6, 300 questions, test
+    files: logistic regression on frozen mean-pooled embeddings 0.71, on [CLS] states 0.41; fine-tuned
+    at the same settings (seeds 0/1/2): 0.903/0.892/0.893 with this head, 0.888/0.875/0.893 with the
+    [CLS] classifier, 0.904/0.875/0.890 with this head started from zeros.
+    """
+    import random
+
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from transformers import AutoModel
+
+    pooling, normalize = sentence_layout(path)
+    body = AutoModel.from_pretrained(path)
+    n = len(labels)
+    model = _torch_module()(body, np.zeros((n, body.config.hidden_size), np.float32), np.zeros(n, np.float32),
+                            pooling, normalize, labels, "finetune", max_length)
+    model.source = path  # its sentence-transformers files go with the saved model
+    chosen = sorted(random.Random(seed).sample(range(len(train_dataset)),
+                                               min(len(train_dataset), PROBE_MAX_EXAMPLES)))
+    features, targets = [], []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(chosen), 64):
+            batch = collator([train_dataset[i] for i in chosen[start:start + 64]])
+            embeddings, _ = model.embed(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            features.append(embeddings.float().numpy())
+            targets.append(batch["labels"].numpy())
+    model.train()
+    x, y = np.concatenate(features), np.concatenate(targets)
+    if len(set(y.tolist())) < 2:  # one class seen: the zero head (the loss moves it at once)
+        return model
+    probe = LogisticRegression(max_iter=1000, class_weight="balanced" if balanced else None).fit(x, y)
+    weight, bias = np.zeros((n, x.shape[1]), np.float32), np.zeros(n, np.float32)
+    if probe.coef_.shape[0] == 1:  # binary: p(classes_[1]) = sigmoid(z), the softmax of [0, z]
+        weight[probe.classes_[1]], bias[probe.classes_[1]] = probe.coef_[0], probe.intercept_[0]
+    else:
+        weight[probe.classes_], bias[probe.classes_] = probe.coef_, probe.intercept_
+    with torch.no_grad():
+        model.head.weight.copy_(torch.from_numpy(weight))
+        model.head.bias.copy_(torch.from_numpy(bias))
+    return model
 
 
 def predict_logits(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:

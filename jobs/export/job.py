@@ -226,7 +226,8 @@ def write_readme(onnx_dir: Path, task: str, variants: list[str], *, setfit: bool
     outputs = ", ".join(OUTPUT_NAMES[task])
     cpu_file = VARIANT_FILES["onnx-int8" if "onnx-int8" in variants else "onnx-fp32"]
     files = "\n".join(f"- `{VARIANT_FILES[name]}`: `{name}`{_VARIANT_NOTES[name]}" for name in variants)
-    head = ("\nThis is a SetFit model: the graph holds the sentence encoder, its pooling and the logistic-regression "
+    head = ("\nThis is a sentence encoder with a linear head (a SetFit run, or a sentence-transformers model "
+            "fine-tuned on few examples a class): the graph holds the encoder, its pooling and the "
             "head, and returns the head's logits (softmax them for the class probabilities; `setfit.json` holds "
             "the class names). Optimum's classes do not load it.\n") if setfit else ""
     text = f"""# ONNX export ({task})

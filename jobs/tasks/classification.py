@@ -184,14 +184,23 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
         compute_metrics=functools.partial(trainer_metrics, names=names, multi_label=multi_label),
         main_metric=MAIN_METRIC, greater_is_better=True, labels=names,
         strata=None if multi_label else list(datasets_[0]["labels"]),
-        extra={"multi_label": multi_label, "class_weights": weights, "max_length": hp["max_length"]},
+        extra={"multi_label": multi_label, "class_weights": weights, "max_length": hp["max_length"],
+               "head": hp.get("head", "classifier"), "seed": hp.get("seed", 42)},
     )
 
 
 def build_model(path: str, prepared: Prepared, config):
+    """A transformers sequence classifier, or for ``hp["head"] == "sentence"`` the sentence-transformers
+    model with its own pooling and a linear head (``jobs.setfit_method.build_sentence_classifier``)."""
     from transformers import AutoModelForSequenceClassification
 
     names = prepared.labels
+    if prepared.extra.get("head") == "sentence":
+        from jobs.setfit_method import build_sentence_classifier
+
+        return build_sentence_classifier(path, names, prepared.extra["max_length"], prepared.train_dataset,
+                                         prepared.collator, balanced=bool(prepared.extra["class_weights"]),
+                                         seed=prepared.extra["seed"])
     problem = "multi_label_classification" if prepared.extra["multi_label"] else "single_label_classification"
     return AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},

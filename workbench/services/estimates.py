@@ -100,6 +100,13 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method, n_validation=n_validation or None)
     if why:
         hp["why"] += f" ({why})"
+    shape = shape or {}
+    if spec.task == "text-classification" and hyperparameters.head_for(
+            spec, n_train, shape.get("classes") or 2, method, multi_label=bool(shape.get("multi_label")),
+            pairs=bool(shape.get("pairs")),
+            sentence_model=bool(shape.get("sentence_head", shape.get("sentence_model", True)))):
+        hp["head"] = "sentence"
+        hp["why"] += f"; {hyperparameters.SENTENCE_HEAD_WHY}"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])
     if not n_validation:  # the engine holds out 10% when the dataset has no validation split
         n_validation = max(1, used // 10)
@@ -190,7 +197,10 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
         return None
     if not info.parameters:
         return None
+    from jobs.setfit_method import pools_as_supported
+
     shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
+    shape["sentence_head"] = shape["sentence_model"] and pools_as_supported(catalogue.load_path(info))
     plan = run_plan(spec, info.parameters, n_train, n_validation, shape)
     kind = expected_device(spec_device(wb))
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
