@@ -50,7 +50,12 @@ PLOT = Path(__file__).resolve().parent.parent / "docs" / "small_data.png"
 # The page that shows the table, between these markers (with the plot under it).
 TABLE_PAGE = PLOT.parent / "training.md"
 TABLE_START, TABLE_END = "<!-- small-data-table -->", "<!-- /small-data-table -->"
+# The README's summary (the default against the best other method, and the plot), between these markers.
+SUMMARY_PAGE = PLOT.parent.parent / "README.md"
+SUMMARY_START, SUMMARY_END = "<!-- small-data-summary -->", "<!-- /small-data-summary -->"
 METHODS = ("majority", "tfidf_lr", "frozen_lr", "setfit", "trainer", "workbench")
+NAMES = {"majority": "majority", "tfidf_lr": "TF-IDF + LR", "frozen_lr": "frozen embeddings + LR", "setfit": "SetFit",
+         "trainer": "plain Trainer", "trainer_4_epochs": "Trainer, 4 epochs"}
 SIZES = ("32", "100", "300", "1000", "all")
 
 
@@ -434,6 +439,48 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(results: dict) -> str:
+    """One row per set: in each size's cell the default's mean score, then the best other method's
+    (the default in bold where it is the best or level)."""
+    means: dict[tuple[str, str, str], float] = {}
+    for (name, size, method), scores in _scores_by_cell(results).items():
+        means[name, size, method] = statistics.mean(scores)
+    lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
+             + " |", "|---" * (len(SIZES) + 1) + "|"]
+    for name, title in (("sms", "SMS spam (accuracy)"), ("trec", "TREC-6 (accuracy)"), ("wnut", "WNUT-16 (entity F1)")):
+        row = []
+        for size in SIZES:
+            ours = means.get((name, size, "workbench"))
+            others = {m: v for (n, z, m), v in means.items() if n == name and z == size and m != "workbench"}
+            if ours is None or not others:
+                row.append("—")
+                continue
+            best = max(others, key=others.get)
+            mine = f"**{ours:.3f}**" if round(ours, 3) >= round(others[best], 3) else f"{ours:.3f}"
+            row.append(f"{mine} · {NAMES.get(best, best)} {others[best]:.3f}")
+        lines.append(f"| {title} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _scores_by_cell(results: dict) -> dict[tuple[str, str, str], list[float]]:
+    cells: dict[tuple[str, str, str], list[float]] = {}
+    for key, value in results.items():
+        name, size, _seed, method = key.split("/")
+        cells.setdefault((name, size, method), []).append(value["score"])
+    return cells
+
+
+def write_summary(text: str, page: Path = SUMMARY_PAGE) -> None:
+    """Replace what lies between the README's small-data-summary markers with ``text`` and the plot."""
+    body = page.read_text(encoding="utf-8")
+    start, end = body.find(SUMMARY_START), body.find(SUMMARY_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{page}: no {SUMMARY_START} ... {SUMMARY_END} markers to write the summary between")
+    image = os.path.relpath(PLOT, page.parent)
+    block = f"{SUMMARY_START}\n{text}\n\n![Score by training-set size]({image})\n"
+    page.write_text(body[:start] + block + body[end:], encoding="utf-8")
+
+
 def write_table(text: str, page: Path = TABLE_PAGE) -> None:
     """Replace what lies between the page's small-data-table markers with ``text`` and the plot."""
     body = page.read_text(encoding="utf-8")
@@ -501,6 +548,7 @@ def main() -> None:
     print(text)
     if args.table:
         write_table(text)
+        write_summary(summary(results))
     plot(results)
 
 

@@ -203,3 +203,13 @@ def test_the_small_data_table_sits_between_its_markers_once():
     texts = {p.name: _read(p) for p in [README, *PAGES]}
     for marker in ("<!-- small-data-table -->", "<!-- /small-data-table -->"):
         assert [name for name, text in texts.items() for _ in range(text.count(marker))] == ["training.md"]
+
+
+def test_the_readmes_small_data_summary_sits_between_its_markers_once():
+    """bench/small_data.py --table also rewrites the README's summary between these markers."""
+    texts = {p.name: _read(p) for p in [README, *PAGES]}
+    for marker in ("<!-- small-data-summary -->", "<!-- /small-data-summary -->"):
+        assert [name for name, text in texts.items() for _ in range(text.count(marker))] == ["README.md"]
+    block = _read(README).split("<!-- small-data-summary -->")[1]
+    assert "| TREC-6 (accuracy) |" in block and "docs/small_data.png" in block
+
