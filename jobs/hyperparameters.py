@@ -78,8 +78,8 @@ METHODS = ("auto", "finetune", "setfit")
 SETFIT_MAX_PER_CLASS = 25
 # Fine-tuning a sentence-transformers model below this many training examples per class trains its own
 # pooled sentence embedding, the head started from a logistic regression on it (``sentence_head``); above
-# it, the [CLS] classifier. Measured with MiniLM (test files, seeds 0/1/2, sentence head vs [CLS]): TREC-6
-# 300 questions (45 a class) 0.903/0.892/0.893 vs 0.888/0.875/0.893; SMS 100 (45 a class)
+# it, the [CLS] classifier. Probe runs with MiniLM (test files, seeds 0/1/2, sentence head vs [CLS]):
+# TREC-6 300 questions (45 a class) 0.903/0.892/0.893 vs 0.888/0.875/0.893; SMS 100 (45 a class)
 # 0.982/0.980/0.984 vs 0.982/0.980/0.986; TREC-6 1,000 (150 a class, seeds 0/1) 0.906/0.906 vs
 # 0.914/0.912; SMS 300 (135 a class, seeds 0/1) 0.982/0.987 vs 0.986/0.987.
 SENTENCE_HEAD_MAX_PER_CLASS = 100

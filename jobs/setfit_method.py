@@ -229,9 +229,9 @@ def build_sentence_classifier(path: str, labels: Sequence[str], max_length: int,
 
     The model was trained to embed sentences by pooling its token states; a classifier reading its [CLS]
     state with a new random head starts from a much weaker representation. TREC-6, 300 questions, test
-    files: logistic regression on frozen mean-pooled embeddings 0.71, on [CLS] states 0.41; fine-tuned
-    at the same settings (seeds 0/1/2): 0.903/0.892/0.893 with this head, 0.888/0.875/0.893 with the
-    [CLS] classifier, 0.904/0.875/0.890 with this head started from zeros.
+    files: logistic regression on frozen mean-pooled embeddings 0.71, on [CLS] states 0.41; probe runs
+    fine-tuned at the same settings (seeds 0/1/2): 0.903/0.892/0.893 with this head, 0.888/0.875/0.893
+    with the [CLS] classifier, 0.904/0.875/0.890 with this head started from zeros.
     """
     import random
 
