@@ -472,23 +472,21 @@ def _scores_by_cell(results: dict) -> dict[tuple[str, str, str], list[float]]:
 
 def write_summary(text: str, page: Path = SUMMARY_PAGE) -> None:
     """Replace what lies between the README's small-data-summary markers with ``text`` and the plot."""
-    body = page.read_text(encoding="utf-8")
-    start, end = body.find(SUMMARY_START), body.find(SUMMARY_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{page}: no {SUMMARY_START} ... {SUMMARY_END} markers to write the summary between")
-    image = os.path.relpath(PLOT, page.parent)
-    block = f"{SUMMARY_START}\n{text}\n\n![Score by training-set size]({image})\n"
-    page.write_text(body[:start] + block + body[end:], encoding="utf-8")
+    _write_between(page, SUMMARY_START, SUMMARY_END, text)
 
 
 def write_table(text: str, page: Path = TABLE_PAGE) -> None:
     """Replace what lies between the page's small-data-table markers with ``text`` and the plot."""
+    _write_between(page, TABLE_START, TABLE_END, text)
+
+
+def _write_between(page: Path, start_marker: str, end_marker: str, text: str) -> None:
     body = page.read_text(encoding="utf-8")
-    start, end = body.find(TABLE_START), body.find(TABLE_END)
+    start, end = body.find(start_marker), body.find(end_marker)
     if start < 0 or end < start:
-        raise SystemExit(f"{page}: no {TABLE_START} ... {TABLE_END} markers to write the table between")
+        raise SystemExit(f"{page}: no {start_marker} ... {end_marker} markers to write between")
     image = os.path.relpath(PLOT, page.parent)
-    block = f"{TABLE_START}\n{text}\n\n![Score by training-set size]({image})\n"
+    block = f"{start_marker}\n{text}\n\n![Score by training-set size]({image})\n"
     page.write_text(body[:start] + block + body[end:], encoding="utf-8")
 
 
