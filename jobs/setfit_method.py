@@ -97,10 +97,11 @@ def _torch_module():
         accepts_loss_kwargs = False
 
         def __init__(self, body, weight, bias, pooling: str, normalize: bool, labels: Sequence[str],
-                     method: str = "setfit", max_length: int = 512):
+                     method: str = "setfit", max_length: int = 512, source: Optional[str] = None):
             super().__init__()
             self.body, self.pooling, self.normalize = body, pooling, normalize
             self.method, self.max_length, self.labels = method, max_length, list(labels)
+            self.source = source  # the sentence-transformers folder it was built from, whose files it saves
             self.head = torch.nn.Linear(weight.shape[1], weight.shape[0])
             with torch.no_grad():
                 self.head.weight.copy_(torch.as_tensor(weight))
@@ -138,7 +139,7 @@ def _torch_module():
             """The encoder as a transformers folder, the head and its pooling in ``setfit.json``; a model
             fine-tuned from a sentence-transformers folder stays one (its module files are copied)."""
             self.body.save_pretrained(model_dir)
-            if getattr(self, "source", None):
+            if self.source:
                 copy_sentence_modules(Path(self.source), Path(model_dir))
             save_head(Path(model_dir), self.head.weight.detach().cpu().numpy(),
                       self.head.bias.detach().cpu().numpy(), self.labels, self.pooling, self.normalize,
@@ -243,8 +244,7 @@ def build_sentence_classifier(path: str, labels: Sequence[str], max_length: int,
     body = AutoModel.from_pretrained(path)
     n = len(labels)
     model = _torch_module()(body, np.zeros((n, body.config.hidden_size), np.float32), np.zeros(n, np.float32),
-                            pooling, normalize, labels, "finetune", max_length)
-    model.source = path  # its sentence-transformers files go with the saved model
+                            pooling, normalize, labels, "finetune", max_length, source=path)
     chosen = sorted(random.Random(seed).sample(range(len(train_dataset)),
                                                min(len(train_dataset), PROBE_MAX_EXAMPLES)))
     features, targets = [], []
@@ -261,10 +261,8 @@ def build_sentence_classifier(path: str, labels: Sequence[str], max_length: int,
         return model
     probe = LogisticRegression(max_iter=1000, class_weight="balanced" if balanced else None).fit(x, y)
     weight, bias = np.zeros((n, x.shape[1]), np.float32), np.zeros(n, np.float32)
-    if probe.coef_.shape[0] == 1:  # binary: p(classes_[1]) = sigmoid(z), the softmax of [0, z]
-        weight[probe.classes_[1]], bias[probe.classes_[1]] = probe.coef_[0], probe.intercept_[0]
-    else:
-        weight[probe.classes_], bias[probe.classes_] = probe.coef_, probe.intercept_
+    # the rows of the classes the probe saw; a class absent from the sample keeps a zero row
+    weight[probe.classes_], bias[probe.classes_] = head_weights(probe.coef_, probe.intercept_, len(probe.classes_))
     with torch.no_grad():
         model.head.weight.copy_(torch.from_numpy(weight))
         model.head.bias.copy_(torch.from_numpy(bias))
