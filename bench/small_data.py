@@ -369,8 +369,12 @@ def _cpu_seconds() -> tuple[float, float]:
 def _contended(value: dict) -> bool:
     """Timed beside other work: un-niced processes held a tenth of a core or more, or the load average was 3
     or more. Niced work yields the cores (the cell's ``cpu_s`` stays near 2 cores x its seconds) but still
-    slowed cells measurably (SMS 100, workbench: 136 s beside niced tests, 65 s alone the session before)."""
-    return value.get("others_cores", 0) >= 0.1 or value.get("load", 0) >= 3
+    slowed cells measurably (SMS 100, workbench: 136 s beside niced tests, 65 s alone the session before).
+
+    A cell under a second says nothing by ``others_cores``: /proc/stat counts in hundredths of a second, so
+    one tick of anything else over a few milliseconds reads as several cores (4.5 for a majority class)."""
+    others = value.get("others_cores", 0) if value.get("seconds", 0) >= 1 else 0
+    return others >= 0.1 or value.get("load", 0) >= 3
 
 
 def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods: list[str]) -> None:
@@ -432,10 +436,13 @@ def table(results: dict) -> str:
             if any(c != "—" for c in row):
                 lines.append(f"| {size} | " + " | ".join(row) + " |")
         lines.append("")
-    lines.append("† measured with an earlier version's defaults, not yet rerun (`previous_defaults` in the results file "
-                 "says what differed); ‡ timed while other work ran on the 2 cores (a load average of 3 or more, niced "
-                 "or not; `others_cores` in the results file is the un-niced share), so its seconds overstate the "
-                 "time alone.")
+    notes = {"†": "† measured with an earlier version's defaults, not yet rerun (`previous_defaults` in the results "
+                  "file says what differed)",
+             "‡": "‡ timed while other work ran on the 2 cores (a load average of 3 or more, niced or not; "
+                  "`others_cores` in the results file is the un-niced share), so its seconds overstate the time alone"}
+    used = [note for mark, note in notes.items() if any(mark in line for line in lines)]
+    if used:  # only the marks the table shows
+        lines.append("; ".join(used) + ".")
     return "\n".join(lines)
 
 
