@@ -137,6 +137,22 @@ def reload_ready(page) -> None:
     wait_ready(page)
 
 
+def wait_run_status(page, status: str = "succeeded", timeout: int = 30_000) -> None:
+    """Wait until the selected run's header says ``status``; past ``timeout`` fail with what the page showed
+    instead (the statuses and run titles on it, its error toasts, its address), not a bare selector timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(f"#run-status[data-status='{status}']", timeout=timeout)
+    except PlaywrightTimeout:
+        found = page.locator("#run-status")
+        shown = [found.nth(i).get_attribute("data-status") for i in range(found.count())]
+        titles = page.locator("#run-title").all_inner_texts()
+        toasts = page.locator(".toast-body").all_inner_texts()
+        raise AssertionError(f"no run status {status!r} within {timeout} ms at {page.url}: statuses on the page "
+                             f"{shown}, titles {titles}, toasts {toasts}") from None
+
+
 def screenshot(page, name: str, full_page: bool = True, element: str | None = None) -> Path:
     """Save a screenshot as a test artifact (tests/artifacts/screenshots/NAME.png).
 

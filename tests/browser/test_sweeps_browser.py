@@ -17,7 +17,7 @@ from jobs.worker import Worker
 from storage.context import open_workbench
 from storage.models import Run
 from storage.settings import Settings
-from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot
+from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot, wait_run_status
 from tests.browser.test_workbench_ui import open_tab, wait_text, wait_value
 from tests.queue_support import wait_until
 from tests.tiny_models import classification_records, write_jsonl
@@ -122,7 +122,7 @@ def test_the_sweep_picker_follows_a_sweep_to_its_end(sweep_server, home_wb, page
 def test_continue_puts_the_new_run_in_the_address_and_a_reload_opens_it(sweep_server, page):
     server, _, best = sweep_server
     goto_ready(page, f"{server.url}/?run={best['run_id']}")
-    page.wait_for_selector("#run-status[data-status='succeeded']")
+    wait_run_status(page)
     page.get_by_role("button", name="Continue training").click()
     wait_text(page, "#runs-action-status", f"continues run #{best['run_id']}")
     continued = re.search(r"Run #(\d+)", page.locator("#runs-action-status").inner_text()).group(1)
@@ -151,7 +151,7 @@ def test_clone_and_edit_clears_the_last_submit_and_estimates_again(sweep_server,
         # fine-tuning or SetFit, as the estimate plans it (a run of the other method calibrates nothing)
         method = estimates.estimate_run(home_wb, RunSpec.from_dict(run.spec))["method"]
         run.metrics = {**PAST_METRICS, "method": method}
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=10_000)
+    wait_run_status(page, timeout=10_000)
     page.get_by_role("button", name="Clone and edit").click()
     wait_value(page, "#train-name input, #train-name textarea", f"clone of run #{run_id}")
     wait_text(page, "#train-facts", "1 past run(s) of this model and task")
@@ -202,7 +202,7 @@ def test_the_best_run_publishes_with_a_token_and_its_details_read_plainly(sweep_
     wait_text(page, "#sweep-action", "Token (shown only now")
     assert "?token=" in page.locator("#sweep-action").inner_text()
     page.goto(f"{server.url}/?run={best['run_id']}")
-    page.wait_for_selector("#run-status[data-status='succeeded']")
+    wait_run_status(page)
     with page.expect_download(timeout=10_000) as download:  # one click: the zip is made and saved
         page.locator("#runs-download").click()
     assert download.value.suggested_filename.endswith(".zip")
@@ -237,7 +237,7 @@ def test_confirming_the_top_trials_and_repeating_a_run_queue_seed_groups_the_vie
     wait_text(page, "#sweep-trials-table", "±")  # mean ± std over the 3 seeds of a confirmed trial
     # Repeat with N seeds, from the best run's page: 5 seeds in all queues those its group lacks
     goto_ready(page, f"{server.url}/?run={best['run_id']}")
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     box = page.locator("#runs-seeds input")
     box.fill("5")
     page.locator("#runs-repeat").click()
