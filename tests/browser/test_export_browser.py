@@ -12,7 +12,7 @@ from jobs.spec import DataSpec, RunSpec
 from storage.context import open_workbench
 from storage.models import SUCCEEDED
 from storage.settings import Settings
-from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot
+from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot, wait_run_status
 from workbench.services import runs as runs_service
 
 pytestmark = pytest.mark.browser
@@ -45,7 +45,7 @@ def export_server(tmp_path_factory):
 def test_export_a_run_and_read_its_parity_and_speed_table(export_server, page):
     server, run_id = export_server
     goto_ready(page, f"{server.url}/?run={run_id}")
-    page.wait_for_selector("#run-status[data-status='succeeded']")
+    wait_run_status(page)
     page.get_by_role("tab", name="Export").click()
     button = page.locator("#run-export")
     page.wait_for_function("() => !document.querySelector('#run-export')?.disabled")

@@ -10,7 +10,7 @@ import pytest
 from jobs.spec import DataSpec, RunSpec, TrainSpec
 from storage.context import open_workbench
 from storage.settings import Settings
-from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot, tiny_model
+from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot, tiny_model, wait_run_status
 from tests.conftest import ROOT
 from workbench.services import datasets
 from workbench.services import runs as runs_service
@@ -46,7 +46,7 @@ def predict_server(tmp_path_factory):
 def test_predict_a_file_and_download_its_rows(predict_server, page, tmp_path):
     server, run_id = predict_server
     goto_ready(page, f"{server.url}/?run={run_id}")
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=JOB_TIMEOUT_MS)
+    wait_run_status(page, timeout=JOB_TIMEOUT_MS)
     page.get_by_role("tab", name="Predict").click()
     page.locator("#predict-go").wait_for()
     upload = tmp_path / "inbox.csv"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import Server, goto_ready, reload_ready, wait_ready, screenshot, tiny_model
+from tests.browser.conftest import Server, goto_ready, reload_ready, screenshot, tiny_model, wait_ready, wait_run_status
 from tests.conftest import DATA_DIR, ROOT
 
 pytestmark = pytest.mark.browser
@@ -148,7 +148,7 @@ def test_quick_run_reaches_succeeded_with_a_curve(server, page, tmp_path_factory
     page.locator("#train-submit").click()
     # Submit moves to the Runs tab with the new run selected; the timer keeps it fresh.
     wait_value(page, "#runs-selected input", "1")
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=RUN_TIMEOUT_MS)
+    wait_run_status(page, timeout=RUN_TIMEOUT_MS)
     page.locator("#run-loss polyline[data-curve='train/loss']").wait_for(timeout=30_000)
     assert "succeeded" in page.locator("#runs-table").inner_text()
     page.wait_for_timeout(1500)
@@ -169,7 +169,7 @@ def test_the_selected_run_survives_a_reload(server, page):
     page.wait_for_function("() => new URL(location.href).searchParams.get('run') === '1'", timeout=30_000)
     reload_ready(page)  # the link opens the Runs tab with run 1 shown
     wait_value(page, "#runs-selected input", "1")
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
 
 
 def test_a_fresh_runs_tab_shows_an_empty_state_and_disabled_buttons(server, page):
@@ -183,7 +183,7 @@ def test_a_fresh_runs_tab_shows_an_empty_state_and_disabled_buttons(server, page
     box = page.locator("#runs-selected input")
     box.fill("1")
     box.press("Enter")
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     page.wait_for_function("() => !document.querySelector('#runs-publish').disabled", timeout=30_000)
     box.fill("99")
     box.press("Enter")
@@ -193,7 +193,7 @@ def test_a_fresh_runs_tab_shows_an_empty_state_and_disabled_buttons(server, page
 
 def test_errors_tab_shows_gold_predicted_and_score_first(server, page):
     select_run(page, server, 1)
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     page.get_by_role("tab", name="Errors").click()
     headers = page.locator("#run-errors thead th")
     headers.first.wait_for()
@@ -206,7 +206,7 @@ def test_errors_tab_shows_gold_predicted_and_score_first(server, page):
 
 def test_share_tab_publishes_with_a_token_lists_unpublishes_and_hub_push_fails_clearly(server, page):
     select_run(page, server, 1)
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     page.get_by_role("button", name="Publish playground…").click()
     page.locator("#share-publish").wait_for()
     page.locator("#share-publish").click()  # a public one first
@@ -270,7 +270,7 @@ def test_compare_two_runs_shows_the_config_diff(server, page):
 
 def test_run_actions_clone_download_delete(server, page):
     select_run(page, server, 2)
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     # Clone and edit: the Train tab opens with the run's spec.
     page.get_by_role("button", name="Clone and edit").click()
     wait_text(page, "#train-spec", "0.0003")
@@ -424,7 +424,7 @@ def test_train_form_explains_presets_and_the_run_page_compares_estimate_and_actu
         assert f"run {run_id}: {phase}" in log_text, phase
     # The run page: the estimate made at submit next to the time it took, and the phases in its log.
     select_run(page, server, run_id)
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     wait_text(page, "#run-estimate", "estimated")
     assert re.search(r"took \d+", page.locator("#run-estimate").inner_text())
     open_tab(page, "Log")
@@ -488,7 +488,7 @@ def test_pos_run_has_per_tag_scores_and_compare_shows_the_chosen_values(server, 
     finally:
         wb.close()
     select_run(page, server, automatic)
-    page.wait_for_selector("#run-status[data-status='succeeded']", timeout=30_000)
+    wait_run_status(page)
     open_tab(page, "Metrics")
     wait_text(page, "#run-confusion", "gold \\ predicted")
     per_tag = page.locator("#run-per-class").inner_text()
