@@ -326,3 +326,26 @@ def test_a_kept_input_goes_with_the_last_prediction_job_that_reads_it(wb, tmp_pa
     # a spec naming a file outside the kept inputs never makes the server delete it
     outside = reviews_csv(tmp_path, "mine.csv")
     assert not predictions.forget_input(wb, outside) and outside.is_file()
+
+
+def test_a_test_set_label_the_model_does_not_know_is_refused_before_queueing_and_leaves_no_dataset(wb, tmp_path):
+    run_id = trained_run(wb)  # knows neg and pos
+    hedges = tmp_path / "hedges.csv"
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("a film, perhaps", "maybe"), ("so good", "pos"),
+            ("hard to say", "maybe"), ("awful", "neg")]
+    hedges.write_text("text,label\n" + "".join(f'"{t}",{l}\n' for t, l in rows))
+    for call in (lambda: predictions.submit_evaluation(wb, run_id, str(hedges)),
+                 lambda: predictions.evaluate_runs(wb, [run_id], str(hedges))):
+        with pytest.raises(DataValidationError) as refused:
+            call()
+        # the user's file and line (the header is line 1), not the stored copy's train.jsonl
+        assert "hedges.csv:4, column 'label': error: label 'maybe' (2 records) is not one the model was trained " \
+               "on; it knows 'neg', 'pos'" in str(refused.value)
+        assert "train.jsonl" not in str(refused.value)
+        assert job_count(wb) == 0 and datasets.list_datasets(wb) == []
+        assert not any(wb.settings.datasets_dir.iterdir())
+    # a stored dataset picked as the test set is refused the same way, and stays
+    stored = datasets.import_dataset(wb, hedges, "text-classification", validation_fraction=0.0, tokenizer=False)
+    with pytest.raises(DataValidationError, match="hedges.csv:4, column 'label': error: label 'maybe'"):
+        predictions.submit_evaluation(wb, run_id, stored.id, files=False)
+    assert job_count(wb) == 0 and [d.id for d in datasets.list_datasets(wb)] == [stored.id]

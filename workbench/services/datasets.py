@@ -27,7 +27,7 @@ from storage.models import QUEUED, Dataset, Run
 from workbench.errors import ConfigError, InvalidState, NotFound
 
 __all__ = ["DatasetReport", "DatasetSummary", "EXAMPLES", "delete_dataset", "dataset_files", "example_path",
-           "get_dataset", "import_dataset", "inspect_file", "list_datasets", "validate_file"]
+           "get_dataset", "import_dataset", "inspect_file", "kept_sources", "list_datasets", "read_options", "validate_file"]
 
 log = logging.getLogger(__name__)
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -229,6 +229,21 @@ def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path | None]:
     The validation path is None when the dataset has no validation examples (fraction 0).
     """
     return storage_dataset_files(wb.db, id_or_name)
+
+
+def kept_sources(summary: DatasetSummary) -> list[tuple[Path, str]]:
+    """The files a dataset was imported from, as kept beside its records (``source/``): (path, the name the
+    user gave it), the main file first; empty when the copies are gone. Messages about its examples name
+    these files and their lines, which the user knows, not the normalized copy."""
+    folder = Path(summary.path) / "source"
+    found = sorted(folder.iterdir(), key=lambda p: (p.name.startswith("validation-"), p.name)) if folder.is_dir() else []
+    return [(p, p.name.removeprefix("validation-")) for p in found if p.is_file()]
+
+
+def read_options(summary: DatasetSummary) -> ReadOptions:
+    """The options a stored dataset was read with (its task's defaults for a dataset that recorded none)."""
+    options = summary.stats.get("options")
+    return ReadOptions.from_dict(options) if isinstance(options, dict) else ReadOptions(task=summary.task)
 
 
 def default_tokenizer():

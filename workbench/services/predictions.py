@@ -22,14 +22,17 @@ from sqlalchemy.orm import aliased
 
 from jobs import queue
 from jobs.export.runtime import PYTORCH, VARIANT_FILES, check_runtime, latest_onnx_dir, variant_path
+from jobs.predict.evaluate import check_classification_labels
 from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
+from jobs.run_job import model_labels as run_model_labels
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files, find_dataset
+from storage.datasets.pipeline import read_records
 from jobs.states import ACTIVE
 from storage.models import (FAILED, KIND_EVALUATE, KIND_PREDICT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Artifact,
                             Dataset, Run, utcnow)
-from workbench.errors import ConfigError, InvalidState, NotFound
+from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 from workbench.services import datasets as datasets_service
 from workbench.services.prediction_inputs import check_input, column_mapping, keep_input
 
@@ -248,13 +251,78 @@ def resolve_test_set(wb: Workbench, data: str | Path, task: str, *, input_format
 
     ``files=False`` takes stored datasets only: a web client's dataset pick must never make the server read
     a path of its choosing (an uploaded file reaches this module as a path the UI received, not as a pick)."""
+    return _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)[0]
+
+
+def _test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optional[str] = None,
+              columns: Optional[Mapping[str, Any]] = None,
+              files: bool = True) -> tuple[datasets_service.DatasetSummary, bool]:
+    """``resolve_test_set``, and whether this call stored it (a file seen for the first time): such a dataset
+    is removed again when the evaluation is refused, so a refusal leaves nothing behind."""
     path = Path(str(data)).expanduser()
     if files and path.is_file():
         dataset = datasets_service.import_dataset(wb, path, task, format=input_format,
                                                   columns=column_mapping(columns), validation_fraction=0.0)
+        created = not dataset.reused
     else:
-        dataset = datasets_service.get_dataset(wb, str(data))
-    return _of_task(dataset, task, f"evaluate it on a {task} test set")
+        dataset, created = datasets_service.get_dataset(wb, str(data)), False
+    try:
+        return _of_task(dataset, task, f"evaluate it on a {task} test set"), created
+    except ConfigError:
+        _forget_test_set(wb, dataset, created)
+        raise
+
+
+def _forget_test_set(wb: Workbench, dataset: datasets_service.DatasetSummary, created: bool) -> None:
+    """Remove a dataset stored for an evaluation that was then refused (one that was there before stays)."""
+    if created:
+        datasets_service.delete_dataset(wb, dataset.id)
+        log.info("removed dataset %s again: the evaluation it was stored for was refused", dataset.id)
+
+
+def check_test_set(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
+    """Refuse, before anything is queued, a test set that run ``run_id``'s model cannot be scored on: a text
+    classifier's test set with a label the model was never trained on (or label lists for a single-label
+    model). The job would fail on the worker; here the refusal names the user's file and line."""
+    if dataset.task != "text-classification":
+        return  # a tag the model never saw counts as wrong (jobs.predict.evaluate); QA and MLM have no labels
+    with wb.db.session() as session:
+        model_dir = Path(model_run(session, run_id).output_dir) / "model"
+    known = run_model_labels(model_dir)
+    if not known:
+        return  # a model without label names is refused by the job itself, with its own sentence
+    multi = _json_object(model_dir / "config.json").get("problem_type") == "multi_label_classification"
+    if set(dataset.labels or {}) <= set(known) and (multi or not _has_label_lists(wb, dataset)):
+        return
+    sources = datasets_service.kept_sources(dataset)
+    options = datasets_service.read_options(dataset)
+    records, origins = [], []
+    for path, shown in sources:
+        for line, record in read_records(path, options):
+            records.append(record)
+            origins.append((shown, line))
+    if not sources:  # the kept upload is gone: the stored records, by their place in the dataset
+        for path in [p for p in datasets_service.dataset_files(wb, dataset.id) if p is not None]:
+            for line, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                records.append(json.loads(raw))
+                origins.append((f"dataset {dataset.name}", line))
+    check_classification_labels(records, origins, known, multi)
+
+
+def _has_label_lists(wb: Workbench, dataset: datasets_service.DatasetSummary) -> bool:
+    """Whether the dataset's records carry lists of labels (multi-label): its first stored record says."""
+    train, _ = dataset_files(wb.db, dataset.id)
+    with train.open(encoding="utf-8") as handle:
+        first = handle.readline()
+    return bool(first.strip()) and isinstance(json.loads(first).get("label"), list)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) -> datasets_service.DatasetSummary:
@@ -270,7 +338,12 @@ def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_for
     """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
     ``files`` is False — a file to import as one); returns the job's id."""
     task = model_run_checked(wb, run_id)
-    dataset = resolve_test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    dataset, created = _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    try:
+        check_test_set(wb, run_id, dataset)
+    except WorkbenchError:
+        _forget_test_set(wb, dataset, created)
+        raise
     return _queue_evaluation(wb, run_id, dataset, priority)
 
 
@@ -299,7 +372,13 @@ def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, pr
         tasks = {model_run(session, run_id).task for run_id in ids}
     if len(tasks) > 1:
         raise ConfigError(f"the runs are of different tasks ({', '.join(sorted(tasks))}); one test set fits one task")
-    dataset = resolve_test_set(wb, data, tasks.pop(), files=files)
+    dataset, created = _test_set(wb, data, tasks.pop(), files=files)
+    try:
+        for run_id in ids:
+            check_test_set(wb, run_id, dataset)
+    except WorkbenchError:
+        _forget_test_set(wb, dataset, created)
+        raise
     return [_queue_evaluation(wb, run_id, dataset, priority) for run_id in ids]
 
 
