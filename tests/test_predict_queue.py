@@ -190,16 +190,15 @@ def test_evaluations_store_metrics_per_test_set(qwb, tmp_path):
     assert job["status"] == SUCCEEDED and job["metrics"] == {"accuracy": 1.0, "examples": 20}
     assert [p.name for p in predictions.job_outputs(qwb, job_id)] == ["predictions.jsonl", "metrics.json",
                                                                        "tables.json"]
-    # the same file again is the same test set; several runs at once
+    # the same file again is the same test set; several runs at once; the first run's evaluation is reused
     more = predictions.evaluate_runs(qwb, [first, second], str(data))
-    assert [predictions.get_job(qwb, j)["dataset_id"] for j in more] == [dataset_id, dataset_id]
+    assert more[0] == job_id and predictions.get_job(qwb, more[1])["dataset_id"] == dataset_id
     assert predictions.test_sets(qwb) == [{"dataset_id": dataset_id, "name": "test", "task": "text-classification",
-                                           "evaluations": 3}]
+                                           "evaluations": 2}]
     assert predictions.test_sets(qwb, task="token-classification") == []
     rows = predictions.evaluations_on(qwb, dataset_id)
     assert [(r["id"], r["run_id"], r["run_name"], r["status"]) for r in rows] == \
-        [(job_id, first, "sentiment", SUCCEEDED), (more[0], first, "sentiment", QUEUED),
-         (more[1], second, "sentiment", QUEUED)]
+        [(job_id, first, "sentiment", SUCCEEDED), (more[1], second, "sentiment", QUEUED)]
     assert rows[0]["metrics"]["accuracy"] == 1.0
     with pytest.raises(InvalidState, match="is a training run"):
         predictions.job_outputs(qwb, first)

@@ -336,15 +336,39 @@ def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) 
 def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_format: Optional[str] = None,
                       columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True) -> int:
     """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
-    ``files`` is False — a file to import as one); returns the job's id."""
+    ``files`` is False — a file to import as one); returns the job's id. A run already evaluated on the same
+    test set gets that evaluation's id back (``existing_evaluation``), nothing new queued; the dataset the
+    run trained on is refused (``check_not_trained_on``)."""
     task = model_run_checked(wb, run_id)
     dataset, created = _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
     try:
+        check_not_trained_on(wb, run_id, dataset)
         check_test_set(wb, run_id, dataset)
     except WorkbenchError:
         _forget_test_set(wb, dataset, created)
         raise
     return _queue_evaluation(wb, run_id, dataset, priority)
+
+
+def check_not_trained_on(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
+    """Refuse to score run ``run_id`` on the dataset it trained on: its examples were seen in training (and
+    its validation split already scored the run), so a "test" score there says nothing about new data."""
+    with wb.db.session() as session:
+        trained_on = session.scalar(select(Run.dataset_id).where(Run.id == run_id))
+    if trained_on == dataset.id:
+        raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is the dataset run {run_id} trained on: its "
+                          "examples were seen in training, so it is no test set for that run — pick a test set "
+                          "the run never trained on")
+
+
+def existing_evaluation(wb: Workbench, run_id: int, dataset_id: str) -> Optional[int]:
+    """The newest evaluation of run ``run_id`` on the test set ``dataset_id`` that succeeded or is still under way:
+    the same model on the same bytes (a dataset's id is its content's digest) scores the same, so it is reused
+    rather than queued again. A failed or cancelled one is not reused."""
+    with wb.db.session() as session:
+        return session.scalar(select(Run.id).where(
+            Run.kind == KIND_EVALUATE, Run.parent_run_id == run_id, Run.dataset_id == dataset_id,
+            Run.status.in_((SUCCEEDED, QUEUED, *ACTIVE))).order_by(Run.id.desc()).limit(1))
 
 
 def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int) -> int:
@@ -354,6 +378,11 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
     if dataset.task != task:
         raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; run {run_id} is a "
                           f"{task} run — evaluate it on a {task} test set")
+    reused = existing_evaluation(wb, run_id, dataset.id)
+    if reused is not None:
+        log.info("run %s was already evaluated on dataset %s (job %s): reused, nothing queued", run_id, dataset.id,
+                 reused)
+        return reused
     spec = PredictSpec(kind=KIND_EVALUATE, run_id=run_id, dataset_id=dataset.id, name=f"evaluate on {dataset.name}")
     job_id = queue.submit_job(wb.db, KIND_EVALUATE, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
                               task=task, model=model, name=spec.name, dataset_id=dataset.id, priority=priority)
@@ -364,7 +393,8 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
 def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, priority: int = 0,
                   files: bool = True) -> list[int]:
     """One evaluation job per run on one test set (``files=False``: a stored dataset only, see
-    ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing."""
+    ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing;
+    a run already evaluated there keeps its evaluation (its id is in the list, nothing is queued for it)."""
     ids = list(dict.fromkeys(int(r) for r in run_ids))
     if not ids:
         raise ConfigError("pick at least one run to evaluate")
@@ -375,6 +405,7 @@ def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, pr
     dataset, created = _test_set(wb, data, tasks.pop(), files=files)
     try:
         for run_id in ids:
+            check_not_trained_on(wb, run_id, dataset)
             check_test_set(wb, run_id, dataset)
     except WorkbenchError:
         _forget_test_set(wb, dataset, created)
@@ -467,6 +498,18 @@ def test_sets(wb: Workbench, task: Optional[str] = None) -> list[dict[str, Any]]
     with wb.db.session() as session:
         return [{"dataset_id": r.id, "name": r.name, "task": r.task, "evaluations": r.evaluations}
                 for r in session.execute(stmt)]
+
+
+def trained_on(wb: Workbench) -> dict[str, list[int]]:
+    """The training runs of each stored dataset (dataset id → run ids, oldest first): a dataset is no test set
+    for the runs that trained on it."""
+    with wb.db.session() as session:
+        rows = session.execute(select(Run.dataset_id, Run.id).where(Run.kind == KIND_TRAIN,
+                                                                    Run.dataset_id.is_not(None)).order_by(Run.id))
+        found: dict[str, list[int]] = {}
+        for dataset_id, run_id in rows:
+            found.setdefault(str(dataset_id), []).append(int(run_id))
+        return found
 
 
 def evaluations_on(wb: Workbench, dataset_id: str) -> list[dict[str, Any]]:
