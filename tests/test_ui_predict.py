@@ -311,3 +311,26 @@ def test_the_dataset_a_run_trained_on_is_no_test_set_for_it(wb, tmp_path):
     with pytest.raises(Exception, match="seen in training"):
         predict_service.submit_evaluation(wb, run_id, dataset_id, files=False)
     assert predict_service.list_jobs(wb, kind="evaluate") == []
+
+
+def test_a_file_uploaded_to_evaluate_is_a_test_set_the_train_tab_does_not_preselect(wb, tmp_path, uploads):
+    from workbench.ui import train_tab
+
+    training = datasets.import_dataset(wb, write_jsonl(tmp_path / "train.jsonl", classification_records(20)),
+                                       "text-classification", name="train", tokenizer=False)
+    run_id = trained_run(wb)
+    hedges = uploaded(uploads, "hedges_test.jsonl", "".join(
+        json.dumps({**r, "text": f"{r['text']} held out {i}"}) + "\n" for i, r in enumerate(classification_records(20))))
+    message = predict_panel.queue_evaluation(wb, run_id, None, str(hedges), "", "")
+    assert message.startswith("✔ Queued evaluation job")
+    [test_set] = [d for d in datasets.list_datasets(wb) if d.name == "hedges_test"]
+    assert test_set.test_set and not datasets.get_dataset(wb, training.id).test_set
+    choices = train_tab.dataset_choices(wb, "text-classification")
+    # the test set is newest, yet listed last, labelled, and never the one preselected
+    assert [value for _, value in choices] == [training.id, test_set.id]
+    assert choices[1][0].startswith("⚠ test set · hedges_test · 20 examples")
+    assert train_tab.preselected(choices) == training.id
+    assert train_tab.preselected(choices[1:]) is None  # only test sets: none preselected
+    assert train_tab.preselected(choices, test_set.id) == test_set.id  # picked by hand (clone, Data → Train)
+    assert "is a test set: runs were evaluated on it" in datasets.test_set_warning(wb, test_set.id)
+    assert datasets.test_set_warning(wb, training.id) == ""

@@ -378,6 +378,7 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
     if dataset.task != task:
         raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; run {run_id} is a "
                           f"{task} run — evaluate it on a {task} test set")
+    datasets_service.mark_test_set(wb, dataset.id)
     reused = existing_evaluation(wb, run_id, dataset.id)
     if reused is not None:
         log.info("run %s was already evaluated on dataset %s (job %s): reused, nothing queued", run_id, dataset.id,
