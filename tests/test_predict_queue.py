@@ -348,3 +348,30 @@ def test_a_test_set_label_the_model_does_not_know_is_refused_before_queueing_and
     with pytest.raises(DataValidationError, match="hedges.csv:4, column 'label': error: label 'maybe'"):
         predictions.submit_evaluation(wb, run_id, stored.id, files=False)
     assert job_count(wb) == 0 and [d.id for d in datasets.list_datasets(wb)] == [stored.id]
+
+
+def test_a_column_of_numbers_is_never_read_as_the_text_and_the_column_read_is_named(wb, tmp_path):
+    run_id = trained_run(wb)
+    scores = tmp_path / "scores.csv"
+    scores.write_text("score,label\n" + "".join(f"{i * 0.5},pos\n" for i in range(8)) + "n/a,neg\n")
+    _refused(wb, DataValidationError, "scores.csv:1, column 'score': error: the column 'score', which would be read "
+             "as the text \\(no column is named 'text'\\), holds numbers in 8 of 9 rows, not text",
+             lambda: predictions.submit_prediction(wb, run_id, scores))
+    spec = PredictSpec(kind="predict", run_id=run_id, input_path=str(scores))
+    with pytest.raises(DataValidationError, match="holds numbers in 8 of 9 rows"):  # the job's own reading
+        open_input(spec, "text-classification")
+    jsonl = tmp_path / "scores.jsonl"
+    jsonl.write_text("".join(json.dumps({"amount": i, "label": "pos"}) + "\n" for i in range(3)))
+    _refused(wb, DataValidationError, "scores.jsonl:1, column 'amount': error: the key 'amount'",
+             lambda: predictions.submit_prediction(wb, run_id, jsonl))
+    # named by the user, the column is read as asked
+    named = predictions.submit_prediction(wb, run_id, scores, columns={"text": "score"})
+    assert predictions.get_job(wb, named)["reads"] == {"text": "score"}
+    # a column the reader picked (no column is named text) is named in the job
+    reviews = tmp_path / "reviews.csv"
+    reviews.write_text("review,label\na fine film,pos\nnot good,neg\n")
+    job_id = predictions.submit_prediction(wb, run_id, reviews)
+    assert predictions.get_job(wb, job_id)["reads"] == {"text": "review"}
+    assert predictions.reads_text({"text": "review"}) == "text from the column 'review'"
+    source = open_input(PredictSpec(kind="predict", run_id=run_id, input_path=str(reviews)), "text-classification")
+    assert any("the text is read from the column 'review'" in w for w in source.warnings)

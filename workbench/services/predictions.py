@@ -192,15 +192,22 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
                        input_format=input_format, columns=dict(columns or {}), output_format=output_format,
                        name=f"predict {name}" + ("" if runtime == PYTORCH else f" ({runtime})"), pairs=pairs,
                        runtime=runtime)
-    fmt, sha256 = check_input(source, task, name=name, input_format=input_format, columns=columns,
-                              max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
-    kept = keep_input(inputs_dir(wb), source, name, sha256)
+    checked = check_input(source, task, name=name, input_format=input_format, columns=columns,
+                          max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
+    kept = keep_input(inputs_dir(wb), source, name, checked.sha256)
     named = column_mapping(columns)
-    spec = dataclasses.replace(spec, input_path=str(kept), input_format=fmt, columns=named.to_dict() if named else {})
+    spec = dataclasses.replace(spec, input_path=str(kept), input_format=checked.format,
+                               columns=named.to_dict() if named else {}, reads=checked.mapping)
     job_id = queue.submit_job(wb.db, KIND_PREDICT, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
                               task=task, model=model, name=spec.name, priority=priority)
-    log.info("queued prediction job %s: run %s over %s", job_id, run_id, name)
+    log.info("queued prediction job %s: run %s over %s%s", job_id, run_id, name,
+             f" ({reads_text(checked.mapping)})" if checked.mapping else "")
     return job_id
+
+
+def reads_text(mapping: Mapping[str, str]) -> str:
+    """Which columns a prediction reads, in words: ``text from the column 'review'``."""
+    return ", ".join(f"{role.replace('_', ' ')} from the column {column!r}" for role, column in mapping.items())
 
 
 def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, output_format: str = "csv",
@@ -438,6 +445,7 @@ def _job_dict(run: Run, artifacts: Iterable[Artifact]) -> dict[str, Any]:
             "finished_at": _iso(run.finished_at), "parent_run_id": run.parent_run_id or spec.get("run_id"),
             "input_name": spec.get("input_name") or None, "dataset_id": run.dataset_id or spec.get("dataset_id"),
             "output_format": spec.get("output_format") if run.kind == KIND_PREDICT else None,
+            "reads": spec.get("reads") or {},
             "runtime": spec.get("runtime") or PYTORCH if run.kind == KIND_PREDICT else None,
             "rows_done": run.step or 0, "rows_total": run.total_steps or 0,
             "rows_per_second": _rows_per_second(run), "eta_seconds": run.eta_seconds,
