@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Any, Optional
 
 from sqlalchemy import (JSON, Boolean, CheckConstraint, DateTime, Float, ForeignKey, ForeignKeyConstraint, Index,
-                        Integer, String, Text, UniqueConstraint)
+                        Integer, String, Text, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -60,6 +60,8 @@ class Dataset(Base):
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     warnings: Mapped[list[Any]] = mapped_column(JSON, default=list)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # Stored or used to evaluate runs on: never preselected for training, offered only with a warning.
+    test_set: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
 
 
 # A sweep's trial is numbered 0..n_trials-1 (NULLs would slip through a plain comparison, hence IS NOT NULL).

@@ -234,3 +234,15 @@ def test_train_config_with_a_csv_file_trains(cli, wb, tmp_path):
     assert code == 0, out + err
     final = json.loads(out)
     assert final["status"] == SUCCEEDED and final["error"] is None and "accuracy" in final["metrics"]
+
+
+def test_train_on_a_test_set_warns(cli, wb, tmp_path):
+    path = write_jsonl(tmp_path / "held_out.jsonl", classification_records(20))
+    test_set = datasets.import_dataset(wb, path, "text-classification", validation_fraction=0.0, tokenizer=False)
+    code, out, err = cli("train", "--task", "text-classification", "--data", test_set.id, "--model", "fake:succeed")
+    assert code == 0 and "warning" not in err
+    datasets.mark_test_set(wb, test_set.id)
+    code, out, err = cli("train", "--task", "text-classification", "--data", test_set.id, "--model", "fake:succeed",
+                         "--json")
+    assert code == 0 and json.loads(out)["status"] == "queued"
+    assert f"warning: dataset {test_set.id} (held_out) is a test set: runs were evaluated on it" in err

@@ -190,16 +190,15 @@ def test_evaluations_store_metrics_per_test_set(qwb, tmp_path):
     assert job["status"] == SUCCEEDED and job["metrics"] == {"accuracy": 1.0, "examples": 20}
     assert [p.name for p in predictions.job_outputs(qwb, job_id)] == ["predictions.jsonl", "metrics.json",
                                                                        "tables.json"]
-    # the same file again is the same test set; several runs at once
+    # the same file again is the same test set; several runs at once; the first run's evaluation is reused
     more = predictions.evaluate_runs(qwb, [first, second], str(data))
-    assert [predictions.get_job(qwb, j)["dataset_id"] for j in more] == [dataset_id, dataset_id]
+    assert more[0] == job_id and predictions.get_job(qwb, more[1])["dataset_id"] == dataset_id
     assert predictions.test_sets(qwb) == [{"dataset_id": dataset_id, "name": "test", "task": "text-classification",
-                                           "evaluations": 3}]
+                                           "evaluations": 2}]
     assert predictions.test_sets(qwb, task="token-classification") == []
     rows = predictions.evaluations_on(qwb, dataset_id)
     assert [(r["id"], r["run_id"], r["run_name"], r["status"]) for r in rows] == \
-        [(job_id, first, "sentiment", SUCCEEDED), (more[0], first, "sentiment", QUEUED),
-         (more[1], second, "sentiment", QUEUED)]
+        [(job_id, first, "sentiment", SUCCEEDED), (more[1], second, "sentiment", QUEUED)]
     assert rows[0]["metrics"]["accuracy"] == 1.0
     with pytest.raises(InvalidState, match="is a training run"):
         predictions.job_outputs(qwb, first)
@@ -326,3 +325,53 @@ def test_a_kept_input_goes_with_the_last_prediction_job_that_reads_it(wb, tmp_pa
     # a spec naming a file outside the kept inputs never makes the server delete it
     outside = reviews_csv(tmp_path, "mine.csv")
     assert not predictions.forget_input(wb, outside) and outside.is_file()
+
+
+def test_a_test_set_label_the_model_does_not_know_is_refused_before_queueing_and_leaves_no_dataset(wb, tmp_path):
+    run_id = trained_run(wb)  # knows neg and pos
+    hedges = tmp_path / "hedges.csv"
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("a film, perhaps", "maybe"), ("so good", "pos"),
+            ("hard to say", "maybe"), ("awful", "neg")]
+    hedges.write_text("text,label\n" + "".join(f'"{t}",{l}\n' for t, l in rows))
+    for call in (lambda: predictions.submit_evaluation(wb, run_id, str(hedges)),
+                 lambda: predictions.evaluate_runs(wb, [run_id], str(hedges))):
+        with pytest.raises(DataValidationError) as refused:
+            call()
+        # the user's file and line (the header is line 1), not the stored copy's train.jsonl
+        assert "hedges.csv:4, column 'label': error: label 'maybe' (2 records) is not one the model was trained " \
+               "on; it knows 'neg', 'pos'" in str(refused.value)
+        assert "train.jsonl" not in str(refused.value)
+        assert job_count(wb) == 0 and datasets.list_datasets(wb) == []
+        assert not any(wb.settings.datasets_dir.iterdir())
+    # a stored dataset picked as the test set is refused the same way, and stays
+    stored = datasets.import_dataset(wb, hedges, "text-classification", validation_fraction=0.0, tokenizer=False)
+    with pytest.raises(DataValidationError, match="hedges.csv:4, column 'label': error: label 'maybe'"):
+        predictions.submit_evaluation(wb, run_id, stored.id, files=False)
+    assert job_count(wb) == 0 and [d.id for d in datasets.list_datasets(wb)] == [stored.id]
+
+
+def test_a_column_of_numbers_is_never_read_as_the_text_and_the_column_read_is_named(wb, tmp_path):
+    run_id = trained_run(wb)
+    scores = tmp_path / "scores.csv"
+    scores.write_text("score,label\n" + "".join(f"{i * 0.5},pos\n" for i in range(8)) + "n/a,neg\n")
+    _refused(wb, DataValidationError, "scores.csv:1, column 'score': error: the column 'score', which would be read "
+             "as the text \\(no column is named 'text'\\), holds numbers in 8 of 9 rows, not text",
+             lambda: predictions.submit_prediction(wb, run_id, scores))
+    spec = PredictSpec(kind="predict", run_id=run_id, input_path=str(scores))
+    with pytest.raises(DataValidationError, match="holds numbers in 8 of 9 rows"):  # the job's own reading
+        open_input(spec, "text-classification")
+    jsonl = tmp_path / "scores.jsonl"
+    jsonl.write_text("".join(json.dumps({"amount": i, "label": "pos"}) + "\n" for i in range(3)))
+    _refused(wb, DataValidationError, "scores.jsonl:1, column 'amount': error: the key 'amount'",
+             lambda: predictions.submit_prediction(wb, run_id, jsonl))
+    # named by the user, the column is read as asked
+    named = predictions.submit_prediction(wb, run_id, scores, columns={"text": "score"})
+    assert predictions.get_job(wb, named)["reads"] == {"text": "score"}
+    # a column the reader picked (no column is named text) is named in the job
+    reviews = tmp_path / "reviews.csv"
+    reviews.write_text("review,label\na fine film,pos\nnot good,neg\n")
+    job_id = predictions.submit_prediction(wb, run_id, reviews)
+    assert predictions.get_job(wb, job_id)["reads"] == {"text": "review"}
+    assert predictions.reads_text({"text": "review"}) == "text from the column 'review'"
+    source = open_input(PredictSpec(kind="predict", run_id=run_id, input_path=str(reviews)), "text-classification")
+    assert any("the text is read from the column 'review'" in w for w in source.warnings)

@@ -261,3 +261,76 @@ def test_a_finished_evaluations_header_gives_its_test_set_score_with_the_interva
     assert "Test-set accuracy: <b>0.900 ± 0.040</b>" in header and "95 % CI, n = 240" in header
     assert "run-score" not in job_header({**job, "status": "running"}, [])
     assert "run-score" not in job_header({**job, "kind": "predict"}, [])
+
+
+def test_evaluating_runs_again_on_the_same_test_set_reuses_their_evaluations(wb, tmp_path):
+    first, second = trained_run(wb, "first"), trained_run(wb, "second")
+    dataset_id = stored_test_set(wb, tmp_path)
+    assert compare_tab.evaluate_selected(wb, [first], dataset_id).startswith("✔ Queued 1 evaluation job(s)")
+    [done] = [j["id"] for j in predict_service.list_jobs(wb, kind="evaluate")]
+    finish_by_hand(wb, done, {"accuracy": 0.8})
+    message = compare_tab.evaluate_selected(wb, [first, second], dataset_id)
+    assert "Queued 1 evaluation job(s)" in message and f"not scored again: run #{first} (job #{done})" in message
+    jobs = predict_service.list_jobs(wb, kind="evaluate")
+    assert sorted(j["parent_run_id"] for j in jobs) == [first, second]  # one each: the first run's was reused
+    assert predict_service.submit_evaluation(wb, first, dataset_id, files=False) == done
+
+
+def test_a_run_is_never_ranked_against_its_own_second_evaluation(wb, tmp_path, monkeypatch):
+    from jobs import queue
+
+    first, second = trained_run(wb, "first"), trained_run(wb, "second")
+    dataset_id = stored_test_set(wb, tmp_path)
+    # two evaluations of the first run on the same test set, as older versions queued them
+    ids = [queue.submit_job(wb.db, "evaluate", {"kind": "evaluate", "run_id": run, "dataset_id": dataset_id},
+                            wb.settings.runs_dir, parent_run_id=run, task="text-classification", model="m",
+                            dataset_id=dataset_id) for run in (first, first, second)]
+    for job_id, accuracy in zip(ids, (0.6, 0.6, 0.9)):
+        finish_by_hand(wb, job_id, {"accuracy": accuracy})
+    ranked = []
+    monkeypatch.setattr(compare_tab, "significance", lambda wb_, job_ids, names, pair=True: ranked.append(job_ids)
+                        or "")
+    compare_tab.compare_on_test_set(wb, dataset_id)
+    assert ranked == [[ids[1], ids[2]]]  # the first run once (its newest evaluation), against the second
+
+
+def test_the_dataset_a_run_trained_on_is_no_test_set_for_it(wb, tmp_path):
+    from jobs.spec import DataSpec, RunSpec
+
+    dataset_id = stored_test_set(wb, tmp_path)
+    spec = RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset_id), model="fake:succeed",
+                   name="on held-out")
+    run_id = runs_service.submit_run(wb, spec)
+    run_queue(wb, lambda: runs_service.get_run(wb, run_id)["status"] == "succeeded")
+    label = dict((v, k) for k, v in compare_tab.test_set_choices(wb))[dataset_id]
+    assert label.endswith(f"⚠ trained on by run #{run_id}")
+    other = trained_run(wb, "other")
+    with pytest.raises(Exception, match=f"is the dataset run {run_id} trained on: its examples were seen in "
+                                        "training"):
+        compare_tab.evaluate_selected(wb, [other, run_id], dataset_id)
+    with pytest.raises(Exception, match="seen in training"):
+        predict_service.submit_evaluation(wb, run_id, dataset_id, files=False)
+    assert predict_service.list_jobs(wb, kind="evaluate") == []
+
+
+def test_a_file_uploaded_to_evaluate_is_a_test_set_the_train_tab_does_not_preselect(wb, tmp_path, uploads):
+    from workbench.ui import train_tab
+
+    training = datasets.import_dataset(wb, write_jsonl(tmp_path / "train.jsonl", classification_records(20)),
+                                       "text-classification", name="train", tokenizer=False)
+    run_id = trained_run(wb)
+    hedges = uploaded(uploads, "hedges_test.jsonl", "".join(
+        json.dumps({**r, "text": f"{r['text']} held out {i}"}) + "\n" for i, r in enumerate(classification_records(20))))
+    message = predict_panel.queue_evaluation(wb, run_id, None, str(hedges), "", "")
+    assert message.startswith("✔ Queued evaluation job")
+    [test_set] = [d for d in datasets.list_datasets(wb) if d.name == "hedges_test"]
+    assert test_set.test_set and not datasets.get_dataset(wb, training.id).test_set
+    choices = train_tab.dataset_choices(wb, "text-classification")
+    # the test set is newest, yet listed last, labelled, and never the one preselected
+    assert [value for _, value in choices] == [training.id, test_set.id]
+    assert choices[1][0].startswith("⚠ test set · hedges_test · 20 examples")
+    assert train_tab.preselected(choices) == training.id
+    assert train_tab.preselected(choices[1:]) is None  # only test sets: none preselected
+    assert train_tab.preselected(choices, test_set.id) == test_set.id  # picked by hand (clone, Data → Train)
+    assert "is a test set: runs were evaluated on it" in datasets.test_set_warning(wb, test_set.id)
+    assert datasets.test_set_warning(wb, training.id) == ""

@@ -116,12 +116,20 @@ def open_input(spec: PredictSpec, task: str) -> InputFile:
         rows += 1
     if problems.has_errors:
         raise _invalid(problems, path.name, shown)
+    mapping = found.get("mapping", {})
     warnings = tuple(str(dataclasses.replace(w, file=shown) if w.file == path.name else w)
-                     for w in problems.warnings())
+                     for w in problems.warnings()) + tuple(read_from(mapping, draft.given))
     for warning in warnings:
         log.warning("%s", warning)
-    return dataclasses.replace(draft, columns=tuple(columns), mapping=found.get("mapping", {}), rows=rows,
+    return dataclasses.replace(draft, columns=tuple(columns), mapping=mapping, rows=rows,
                                warnings=warnings, shown=shown)
+
+
+def read_from(mapping: dict[str, str], given: Optional[ColumnMapping]) -> list[str]:
+    """What the job says about a column it picked itself: ``the text is read from the column 'review'``."""
+    guessed = guessed_columns(TEXT, mapping, given)
+    return [f"the {role.replace('_', ' ')} is read from the column {column!r} (no column is named {role!r}; name "
+            f"another with {ROLE_OPTIONS[role]})" for role, column in guessed.items()]
 
 
 def _given(spec: PredictSpec) -> Optional[ColumnMapping]:
@@ -303,6 +311,62 @@ def _checked(mapping: dict[str, Optional[str]], names: Sequence[str], options: d
     return {role: column for role, column in mapping.items() if column is not None}, missing
 
 
+# A column the reader picked itself (no column has the role's name, and none was named) is refused when more
+# than this share of its filled cells are numbers: ids, scores or counts, not text a model was trained to read.
+MOSTLY_NUMBERS = 0.5
+ROLE_OPTIONS = {"text": "--text-column", "text_pair": "--text-pair-column", "question": "--text-column",
+                "context": "--text-pair-column"}
+
+
+def guessed_columns(task: str, mapping: dict[str, str], given: Optional[ColumnMapping]) -> dict[str, str]:
+    """The columns of ``mapping`` the user did not name, by role: the reader picked them. A column named
+    exactly as its role (``text``) is no guess; tokens lists are checked as lists elsewhere."""
+    named = {c for c in ((given.text, given.text_pair) if given else ()) if c}
+    return {role: column for role, column in mapping.items()
+            if role in ROLE_OPTIONS and column not in named and column.strip().lower() != role}
+
+
+def is_number(value: Any) -> bool:
+    """A cell that holds a number (``3``, ``-0.5``, ``1e3``), not text."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    if not isinstance(value, str) or not value.strip():
+        return False
+    try:
+        float(value.strip())
+    except ValueError:
+        return False
+    return True
+
+
+class NumberCount:
+    """How many filled cells of each guessed column hold numbers (``guessed_columns``), to refuse a column of
+    numbers read as the text; ``report`` adds the error, on the line of the header (or first row)."""
+
+    def __init__(self, guessed: dict[str, str]):
+        self.guessed = guessed
+        self.filled = {column: 0 for column in guessed.values()}
+        self.numbers = dict(self.filled)
+
+    def add(self, row: dict[str, Any]) -> None:
+        for column in self.filled:
+            value = row.get(column)
+            if value is not None and str(value).strip():
+                self.filled[column] += 1
+                self.numbers[column] += is_number(value)
+
+    def report(self, name: str, line: int, problems: ProblemLog, what: str = "column") -> None:
+        for role, column in self.guessed.items():
+            filled, numbers = self.filled[column], self.numbers[column]
+            if filled and numbers / filled > MOSTLY_NUMBERS:
+                problems.error(name, f"the {what} {column!r}, which would be read as the {role} (no {what} is named "
+                               f"{role!r}), holds numbers in {numbers} of {filled} rows, not text", line=line,
+                               column=column, hint=f"name the {what} with the text with {ROLE_OPTIONS[role]} "
+                               f"(Text column in the Predict tab), or rename it to {role!r}")
+
+
 def missing_why(role: str) -> str:
     """What a missing column is for, where the role's name does not say it."""
     return " — the run was trained on pairs of texts, so each row needs its second text" if role == "text_pair" else ""
@@ -336,9 +400,13 @@ def _read_delimited(stream: TextIO, name: str, task: str, given: Optional[Column
         _report_missing(name, header_line, header, missing, problems)
         return
     found["mapping"] = mapping
+    numbers = NumberCount(guessed_columns(task, mapping, given))
     rows = DelimitedRows(reader, len(header), name, problems, delimiter)
     for start, row in rows:
-        yield start, dict(zip(header, row))
+        columns = dict(zip(header, row))
+        numbers.add(columns)
+        yield start, columns
+    numbers.report(name, header_line, problems)
     if rows.seen == 0 and not problems.has_errors:
         problems.error(name, "the file has a header row but no rows to predict", line=header_line,
                        hint="add one row per text below the header")
@@ -363,6 +431,8 @@ def _read_jsonl(stream: TextIO, name: str, task: str, given: Optional[ColumnMapp
                 found: dict[str, Any], *, pairs: Optional[bool] = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """One JSON object per line; the keys the model reads are found in the first object and needed in every one."""
     mapping: Optional[dict[str, str]] = None
+    numbers = NumberCount({})
+    first_line = 1
     rows = 0
     for line, obj in iter_json_lines(stream, name, problems):
         rows += 1
@@ -372,6 +442,8 @@ def _read_jsonl(stream: TextIO, name: str, task: str, given: Optional[ColumnMapp
                 _report_missing(name, line, list(obj), missing, problems, what="key")
                 return
             found["mapping"] = mapping
+            numbers, first_line = NumberCount(guessed_columns(task, mapping, given)), line
+        numbers.add(obj)
         absent = [key for key in mapping.values() if key not in obj]
         wrong = [key for key in mapping.values() if key in obj and not _fits(mapping, key, obj[key])]
         if absent or wrong:
@@ -382,6 +454,7 @@ def _read_jsonl(stream: TextIO, name: str, task: str, given: Optional[ColumnMapp
                            "with the same kind of value")
             continue
         yield line, obj
+    numbers.report(name, first_line, problems, what="key")
     if rows == 0 and not problems.has_errors:
         problems.error(name, "the file contains no rows to predict", hint="write one JSON object per line")
 

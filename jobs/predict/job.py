@@ -124,6 +124,7 @@ def _result(totals: dict[str, Any], source: InputFile, predicted: int, started: 
     return {"rows": totals["rows"], "truncated": totals["truncated"], "seconds": round(seconds, 3),
             "rows_per_second": round(predicted / seconds, 2) if predicted and seconds > 0 else 0.0,
             "output": totals["output"], "outputs": dict(totals["outputs"]), "input_format": source.format,
+            "columns": dict(source.mapping),  # which column each input the model read came from
             "resumed_rows": totals["rows"] - predicted}
 
 

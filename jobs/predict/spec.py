@@ -41,6 +41,9 @@ class PredictSpec:
     # storage.datasets.columns.ColumnMapping.to_dict(): which columns hold the text (and the pair); a label
     # column, when present, is carried through to the output like any other input column
     columns: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # which columns the model reads (role → column), as found when the job was queued: shown in the job's
+    # header, so a column the reader picked itself is never used without a word; the job finds them again
+    reads: dict[str, str] = dataclasses.field(default_factory=dict)
     output_format: str = "csv"  # one of OUTPUT_FORMATS
     # text classification: True when the model was trained on pairs of texts (each row needs its second text),
     # False on single texts (a second-text column is not read); None: read one when found (jobs queued before)

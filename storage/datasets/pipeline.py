@@ -50,6 +50,15 @@ class ReadOptions:
                 "columns": self.columns.to_dict() if self.columns else {},
                 "validation_fraction": self.validation_fraction, "seed": self.seed}
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "ReadOptions":
+        """The options a stored dataset was read with (``to_dict``'s form, kept in its ``stats``)."""
+        columns = raw.get("columns") or {}
+        fmt = raw.get("format")
+        return cls(task=raw["task"], format=None if fmt in (None, "auto") else fmt,
+                   columns=ColumnMapping(**columns) if columns else None,
+                   validation_fraction=float(raw.get("validation_fraction", 0.1)), seed=int(raw.get("seed", 13)))
+
 
 @dataclasses.dataclass
 class DatasetReport:
@@ -120,6 +129,19 @@ def _records(info: SourceInfo, task: str, fmt: str, columns: ColumnMapping | Non
             yield from read_qa.read_jsonl(stream, name, log_)
         else:
             yield from read_text.read_text(stream, name, log_, layout)
+
+
+def read_records(path: Path, options: ReadOptions) -> Iterator[tuple[int | None, dict[str, Any]]]:
+    """Every record of ``path`` as the import reads it, with its line in that file (None where the format has
+    none): what a message about an example needs to name the user's own file, not the stored copy."""
+    problems = ProblemLog()
+    info = scan(path, problems, max_bytes=1 << 62)  # the file was stored already: its size was checked then
+    if problems.has_errors:
+        raise DataValidationError(problems.errors())
+    fmt = check_format(options.task, options.format) if options.format else detect_format(options.task, path,
+                                                                                          read_head(info))
+    for record in _records(info, options.task, fmt, options.columns, problems, {}):
+        yield record.line, record.data
 
 
 def _first_pass(info: SourceInfo, options: ReadOptions, fmt: str, log_: ProblemLog, out, state: _Pass1,

@@ -93,6 +93,9 @@ def predict(
         else:
             job_id = _predict_dataset(wb, run_id, str(input_path), output_format,
                                       given=input_format or text_column or text_pair_column, runtime=runtime)
+        reads = predictions.get_job(wb, job_id)["reads"]
+        if reads and not as_json:  # which column holds the text is said, never guessed silently
+            typer.echo(f"job {job_id} reads the {predictions.reads_text(reads)}", err=True)
         if not (wait or output):
             emit({"id": job_id, "status": "queued", "rows": 0, "output": None, "error": None}, as_json, str(job_id))
             return

@@ -127,8 +127,10 @@ def train(
                           epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, lora=lora,
                           procs=procs, method=method)
         if seeds is not None:
+            _warn_test_set(wb, spec.data.dataset_id)
             _submit_group(wb, spec, seeds, as_json)
             return
+        _warn_test_set(wb, spec.data.dataset_id)
         run_id = runs.submit_run(wb, spec)
         estimate = runs.get_run(wb, run_id).get("estimate")
         if estimate and not as_json:
@@ -151,6 +153,16 @@ def train(
          + (f"\nerror: {record['error']}" if record["error"] else ""))
     if record["status"] != "succeeded":
         raise typer.Exit(1)
+
+
+def _warn_test_set(wb, dataset_id: Optional[str]) -> None:
+    """Say on stderr when the run trains on a test set (``--json`` output stays one JSON document)."""
+    from workbench.services import datasets
+
+    warning = datasets.test_set_warning(wb, dataset_id)
+    if warning:
+        log.warning("training on a test set: %s", warning)
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def _submit_group(wb, spec, seeds: int, as_json: bool) -> None:

@@ -27,7 +27,8 @@ from storage.models import QUEUED, Dataset, Run
 from workbench.errors import ConfigError, InvalidState, NotFound
 
 __all__ = ["DatasetReport", "DatasetSummary", "EXAMPLES", "delete_dataset", "dataset_files", "example_path",
-           "get_dataset", "import_dataset", "inspect_file", "list_datasets", "validate_file"]
+           "get_dataset", "import_dataset", "inspect_file", "kept_sources", "list_datasets", "mark_test_set", "read_options",
+           "test_set_warning", "validate_file"]
 
 log = logging.getLogger(__name__)
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -61,6 +62,7 @@ class DatasetSummary:
     path: str
     created_at: str
     stats: dict[str, Any]
+    test_set: bool = False  # stored or used to evaluate runs on: not offered for training without a warning
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -74,7 +76,8 @@ class DatasetSummary:
         return cls(id=row.id, name=row.name, task=row.task, format=row.format,
                    examples=row.num_train + row.num_validation, train=row.num_train,
                    validation=row.num_validation, labels=labels, warnings=list(row.warnings or []), reused=reused,
-                   path=row.path, created_at=row.created_at.isoformat(timespec="seconds"), stats=row.stats or {})
+                   path=row.path, created_at=row.created_at.isoformat(timespec="seconds"), stats=row.stats or {},
+                   test_set=bool(row.test_set))
 
 
 def example_path(task: str) -> Path:
@@ -229,6 +232,49 @@ def dataset_files(wb: Workbench, id_or_name: str) -> tuple[Path, Path | None]:
     The validation path is None when the dataset has no validation examples (fraction 0).
     """
     return storage_dataset_files(wb.db, id_or_name)
+
+
+def mark_test_set(wb: Workbench, dataset_id: str) -> None:
+    """Mark a dataset as a test set (runs are evaluated on it): the Train tab stops preselecting it, and
+    training on it is warned about (``test_set_warning``)."""
+    with wb.db.session() as session:
+        row = session.get(Dataset, dataset_id)
+        if row is not None and not row.test_set:
+            row.test_set = True
+            log.info("dataset %s is a test set from now on", dataset_id)
+
+
+def test_set_warning(wb: Workbench, dataset_id: str | None) -> str:
+    """Why training on ``dataset_id`` spoils its test scores ("" when it is no test set): the warning the
+    Train tab and ``workbench train`` give before training on a test set."""
+    if not dataset_id:
+        return ""
+    with wb.db.session() as session:
+        row = session.get(Dataset, dataset_id)
+        if row is None or not row.test_set:
+            return ""
+        return (f"dataset {row.id} ({row.name}) is a test set: runs were evaluated on it. A model trained on it has "
+                "seen its examples, so its scores there no longer say how it does on new data; train on another "
+                "dataset to keep it a test set")
+
+
+# Named for what it warns about, not a test: pytest must not collect it where a test module imports it.
+test_set_warning.__test__ = False  # type: ignore[attr-defined]
+
+
+def kept_sources(summary: DatasetSummary) -> list[tuple[Path, str]]:
+    """The files a dataset was imported from, as kept beside its records (``source/``): (path, the name the
+    user gave it), the main file first; empty when the copies are gone. Messages about its examples name
+    these files and their lines, which the user knows, not the normalized copy."""
+    folder = Path(summary.path) / "source"
+    found = sorted(folder.iterdir(), key=lambda p: (p.name.startswith("validation-"), p.name)) if folder.is_dir() else []
+    return [(p, p.name.removeprefix("validation-")) for p in found if p.is_file()]
+
+
+def read_options(summary: DatasetSummary) -> ReadOptions:
+    """The options a stored dataset was read with (its task's defaults for a dataset that recorded none)."""
+    options = summary.stats.get("options")
+    return ReadOptions.from_dict(options) if isinstance(options, dict) else ReadOptions(task=summary.task)
 
 
 def default_tokenizer():

@@ -18,7 +18,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from jobs.predict import inputs
 from storage.datasets.columns import ColumnMapping
@@ -29,12 +29,21 @@ from storage.errors import ConfigError, DataValidationError, Problem
 log = logging.getLogger(__name__)
 
 
+class CheckedInput(NamedTuple):
+    """What ``check_input`` found: the format, the digest of the bytes and which columns the model reads
+    (role → column, as ``jobs.predict.inputs.resolve_mapping`` gives it; empty for TXT, CoNLL and SQuAD)."""
+
+    format: str
+    sha256: str
+    mapping: dict[str, str]
+
+
 def check_input(path: Path, task: str, *, name: str, input_format: Optional[str],
-                columns: Optional[Mapping[str, Any]], max_bytes: int, pairs: Optional[bool] = None) -> tuple[str, str]:
-    """(format, sha256 of the bytes) of a file a ``task`` model can predict on, found as the job will find
-    them (``jobs.predict.inputs``); raises ``DataValidationError`` (file and line) or ``ConfigError`` (a
-    format that cannot hold the task's inputs). ``pairs``: the model reads pairs of texts
-    (``jobs.predict.inputs.resolve_mapping``)."""
+                columns: Optional[Mapping[str, Any]], max_bytes: int, pairs: Optional[bool] = None) -> CheckedInput:
+    """The format, sha256 and column mapping of a file a ``task`` model can predict on, found as the job will
+    find them (``jobs.predict.inputs``); raises ``DataValidationError`` (file and line; a column of numbers the
+    reader picked as the text, in the rows of the file's start) or ``ConfigError`` (a format that cannot hold
+    the task's inputs). ``pairs``: the model reads pairs of texts (``jobs.predict.inputs.resolve_mapping``)."""
     if task not in inputs.FORMATS_BY_TASK:
         raise ConfigError(f"prediction files are not supported for {task} runs")
     problems = ProblemLog()
@@ -45,8 +54,8 @@ def check_input(path: Path, task: str, *, name: str, input_format: Optional[str]
     fmt = input_format or inputs.detect_input_format(task, path, head)
     inputs.check_shape(task, fmt, name, pairs=pairs)
     given = column_mapping(columns)
-    _check_head(fmt, task, head, name, given, pairs)
-    return fmt, info.sha256
+    mapping = _check_head(fmt, task, head, name, given, pairs)
+    return CheckedInput(fmt, info.sha256, mapping)
 
 
 def column_mapping(columns: Optional[Mapping[str, Any]]) -> Optional[ColumnMapping]:
@@ -66,21 +75,62 @@ def _renamed(problems: list[Problem], name: str) -> list[Problem]:
 
 
 def _check_head(fmt: str, task: str, head: str, name: str, given: Optional[ColumnMapping],
-                pairs: Optional[bool]) -> None:
+                pairs: Optional[bool]) -> dict[str, str]:
+    """The columns the model reads, checked on the rows of the file's start; {} for formats without columns."""
     lines = [(number, line) for number, line in enumerate(head.splitlines(), 1) if line.strip()]
     if not lines:
         _fail(name, "the file has no text in it", hint="give a file with one example per line or row")
+    whole = _complete_lines(head)
     if fmt in ("csv", "tsv"):
-        number, names = _header(head, name, "," if fmt == "csv" else "\t")
-        _check_columns(*inputs.resolve_mapping(task, names, given, pairs=pairs), names=names, name=name, line=number)
-    elif fmt == "jsonl":
+        delimiter = "," if fmt == "csv" else "\t"
+        number, names = _header(head, name, delimiter)
+        mapping, missing = inputs.resolve_mapping(task, names, given, pairs=pairs)
+        _check_columns(mapping, missing, names=names, name=name, line=number)
+        numbers = inputs.NumberCount(inputs.guessed_columns(task, mapping, given))
+        for row in _rows_after_header(whole, delimiter, number):
+            numbers.add(dict(zip(names, row)))
+        _raise_any(numbers, name, number)
+        return mapping
+    if fmt == "jsonl":
         number, raw = lines[0]
         first = _json_object(raw, name, number)
-        _check_columns(*inputs.resolve_mapping(task, list(first), given, sample=first, pairs=pairs), names=list(first),
-                       name=name, line=number)
-    elif fmt == "squad" and not (head.lstrip("\ufeff \t\r\n").startswith("{") and '"data"' in head):
+        mapping, missing = inputs.resolve_mapping(task, list(first), given, sample=first, pairs=pairs)
+        _check_columns(mapping, missing, names=list(first), name=name, line=number)
+        numbers = inputs.NumberCount(inputs.guessed_columns(task, mapping, given))
+        for line in whole.splitlines():
+            try:
+                value = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # the job reports a broken line with its number
+            if isinstance(value, dict):
+                numbers.add(value)
+        _raise_any(numbers, name, number, what="key")
+        return mapping
+    if fmt == "squad" and not (head.lstrip("\ufeff \t\r\n").startswith("{") and '"data"' in head):
         _fail(name, 'this is not SQuAD JSON: it should be one object with a "data" list', line=lines[0][0],
               hint="give a SQuAD v1.1/v2.0 file, or JSON Lines with question and context")
+    return {}
+
+
+def _complete_lines(head: str) -> str:
+    """The head without its last line when that one may be cut short (the head ends inside the file)."""
+    return head if head.endswith("\n") else head.rsplit("\n", 1)[0]
+
+
+def _rows_after_header(text: str, delimiter: str, header_line: int) -> list[list[str]]:
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter,
+                        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    try:
+        return [row for row in reader if reader.line_num > header_line]
+    except csv.Error:
+        return []  # the job reads every row and reports a broken one with its line
+
+
+def _raise_any(numbers: "inputs.NumberCount", name: str, line: int, what: str = "column") -> None:
+    problems = ProblemLog()
+    numbers.report(name, line, problems, what=what)
+    if problems.has_errors:
+        raise DataValidationError(problems.errors())
 
 
 def _header(head: str, name: str, delimiter: str) -> tuple[int, list[str]]:

@@ -22,14 +22,17 @@ from sqlalchemy.orm import aliased
 
 from jobs import queue
 from jobs.export.runtime import PYTORCH, VARIANT_FILES, check_runtime, latest_onnx_dir, variant_path
+from jobs.predict.evaluate import check_classification_labels
 from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
+from jobs.run_job import model_labels as run_model_labels
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files, find_dataset
+from storage.datasets.pipeline import read_records
 from jobs.states import ACTIVE
 from storage.models import (FAILED, KIND_EVALUATE, KIND_PREDICT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Artifact,
                             Dataset, Run, utcnow)
-from workbench.errors import ConfigError, InvalidState, NotFound
+from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 from workbench.services import datasets as datasets_service
 from workbench.services.prediction_inputs import check_input, column_mapping, keep_input
 
@@ -189,15 +192,22 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
                        input_format=input_format, columns=dict(columns or {}), output_format=output_format,
                        name=f"predict {name}" + ("" if runtime == PYTORCH else f" ({runtime})"), pairs=pairs,
                        runtime=runtime)
-    fmt, sha256 = check_input(source, task, name=name, input_format=input_format, columns=columns,
-                              max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
-    kept = keep_input(inputs_dir(wb), source, name, sha256)
+    checked = check_input(source, task, name=name, input_format=input_format, columns=columns,
+                          max_bytes=wb.settings.max_upload_mb * 10**6, pairs=pairs)
+    kept = keep_input(inputs_dir(wb), source, name, checked.sha256)
     named = column_mapping(columns)
-    spec = dataclasses.replace(spec, input_path=str(kept), input_format=fmt, columns=named.to_dict() if named else {})
+    spec = dataclasses.replace(spec, input_path=str(kept), input_format=checked.format,
+                               columns=named.to_dict() if named else {}, reads=checked.mapping)
     job_id = queue.submit_job(wb.db, KIND_PREDICT, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
                               task=task, model=model, name=spec.name, priority=priority)
-    log.info("queued prediction job %s: run %s over %s", job_id, run_id, name)
+    log.info("queued prediction job %s: run %s over %s%s", job_id, run_id, name,
+             f" ({reads_text(checked.mapping)})" if checked.mapping else "")
     return job_id
+
+
+def reads_text(mapping: Mapping[str, str]) -> str:
+    """Which columns a prediction reads, in words: ``text from the column 'review'``."""
+    return ", ".join(f"{role.replace('_', ' ')} from the column {column!r}" for role, column in mapping.items())
 
 
 def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, output_format: str = "csv",
@@ -248,13 +258,78 @@ def resolve_test_set(wb: Workbench, data: str | Path, task: str, *, input_format
 
     ``files=False`` takes stored datasets only: a web client's dataset pick must never make the server read
     a path of its choosing (an uploaded file reaches this module as a path the UI received, not as a pick)."""
+    return _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)[0]
+
+
+def _test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optional[str] = None,
+              columns: Optional[Mapping[str, Any]] = None,
+              files: bool = True) -> tuple[datasets_service.DatasetSummary, bool]:
+    """``resolve_test_set``, and whether this call stored it (a file seen for the first time): such a dataset
+    is removed again when the evaluation is refused, so a refusal leaves nothing behind."""
     path = Path(str(data)).expanduser()
     if files and path.is_file():
         dataset = datasets_service.import_dataset(wb, path, task, format=input_format,
                                                   columns=column_mapping(columns), validation_fraction=0.0)
+        created = not dataset.reused
     else:
-        dataset = datasets_service.get_dataset(wb, str(data))
-    return _of_task(dataset, task, f"evaluate it on a {task} test set")
+        dataset, created = datasets_service.get_dataset(wb, str(data)), False
+    try:
+        return _of_task(dataset, task, f"evaluate it on a {task} test set"), created
+    except ConfigError:
+        _forget_test_set(wb, dataset, created)
+        raise
+
+
+def _forget_test_set(wb: Workbench, dataset: datasets_service.DatasetSummary, created: bool) -> None:
+    """Remove a dataset stored for an evaluation that was then refused (one that was there before stays)."""
+    if created:
+        datasets_service.delete_dataset(wb, dataset.id)
+        log.info("removed dataset %s again: the evaluation it was stored for was refused", dataset.id)
+
+
+def check_test_set(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
+    """Refuse, before anything is queued, a test set that run ``run_id``'s model cannot be scored on: a text
+    classifier's test set with a label the model was never trained on (or label lists for a single-label
+    model). The job would fail on the worker; here the refusal names the user's file and line."""
+    if dataset.task != "text-classification":
+        return  # a tag the model never saw counts as wrong (jobs.predict.evaluate); QA and MLM have no labels
+    with wb.db.session() as session:
+        model_dir = Path(model_run(session, run_id).output_dir) / "model"
+    known = run_model_labels(model_dir)
+    if not known:
+        return  # a model without label names is refused by the job itself, with its own sentence
+    multi = _json_object(model_dir / "config.json").get("problem_type") == "multi_label_classification"
+    if set(dataset.labels or {}) <= set(known) and (multi or not _has_label_lists(wb, dataset)):
+        return
+    sources = datasets_service.kept_sources(dataset)
+    options = datasets_service.read_options(dataset)
+    records, origins = [], []
+    for path, shown in sources:
+        for line, record in read_records(path, options):
+            records.append(record)
+            origins.append((shown, line))
+    if not sources:  # the kept upload is gone: the stored records, by their place in the dataset
+        for path in [p for p in datasets_service.dataset_files(wb, dataset.id) if p is not None]:
+            for line, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                records.append(json.loads(raw))
+                origins.append((f"dataset {dataset.name}", line))
+    check_classification_labels(records, origins, known, multi)
+
+
+def _has_label_lists(wb: Workbench, dataset: datasets_service.DatasetSummary) -> bool:
+    """Whether the dataset's records carry lists of labels (multi-label): its first stored record says."""
+    train, _ = dataset_files(wb.db, dataset.id)
+    with train.open(encoding="utf-8") as handle:
+        first = handle.readline()
+    return bool(first.strip()) and isinstance(json.loads(first).get("label"), list)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) -> datasets_service.DatasetSummary:
@@ -268,10 +343,39 @@ def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) 
 def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_format: Optional[str] = None,
                       columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True) -> int:
     """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
-    ``files`` is False — a file to import as one); returns the job's id."""
+    ``files`` is False — a file to import as one); returns the job's id. A run already evaluated on the same
+    test set gets that evaluation's id back (``existing_evaluation``), nothing new queued; the dataset the
+    run trained on is refused (``check_not_trained_on``)."""
     task = model_run_checked(wb, run_id)
-    dataset = resolve_test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    dataset, created = _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    try:
+        check_not_trained_on(wb, run_id, dataset)
+        check_test_set(wb, run_id, dataset)
+    except WorkbenchError:
+        _forget_test_set(wb, dataset, created)
+        raise
     return _queue_evaluation(wb, run_id, dataset, priority)
+
+
+def check_not_trained_on(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
+    """Refuse to score run ``run_id`` on the dataset it trained on: its examples were seen in training (and
+    its validation split already scored the run), so a "test" score there says nothing about new data."""
+    with wb.db.session() as session:
+        trained_on = session.scalar(select(Run.dataset_id).where(Run.id == run_id))
+    if trained_on == dataset.id:
+        raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is the dataset run {run_id} trained on: its "
+                          "examples were seen in training, so it is no test set for that run — pick a test set "
+                          "the run never trained on")
+
+
+def existing_evaluation(wb: Workbench, run_id: int, dataset_id: str) -> Optional[int]:
+    """The newest evaluation of run ``run_id`` on the test set ``dataset_id`` that succeeded or is still under way:
+    the same model on the same bytes (a dataset's id is its content's digest) scores the same, so it is reused
+    rather than queued again. A failed or cancelled one is not reused."""
+    with wb.db.session() as session:
+        return session.scalar(select(Run.id).where(
+            Run.kind == KIND_EVALUATE, Run.parent_run_id == run_id, Run.dataset_id == dataset_id,
+            Run.status.in_((SUCCEEDED, QUEUED, *ACTIVE))).order_by(Run.id.desc()).limit(1))
 
 
 def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int) -> int:
@@ -281,6 +385,12 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
     if dataset.task != task:
         raise ConfigError(f"dataset {dataset.id} ({dataset.name}) is a {dataset.task} dataset; run {run_id} is a "
                           f"{task} run — evaluate it on a {task} test set")
+    datasets_service.mark_test_set(wb, dataset.id)
+    reused = existing_evaluation(wb, run_id, dataset.id)
+    if reused is not None:
+        log.info("run %s was already evaluated on dataset %s (job %s): reused, nothing queued", run_id, dataset.id,
+                 reused)
+        return reused
     spec = PredictSpec(kind=KIND_EVALUATE, run_id=run_id, dataset_id=dataset.id, name=f"evaluate on {dataset.name}")
     job_id = queue.submit_job(wb.db, KIND_EVALUATE, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
                               task=task, model=model, name=spec.name, dataset_id=dataset.id, priority=priority)
@@ -291,7 +401,8 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
 def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, priority: int = 0,
                   files: bool = True) -> list[int]:
     """One evaluation job per run on one test set (``files=False``: a stored dataset only, see
-    ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing."""
+    ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing;
+    a run already evaluated there keeps its evaluation (its id is in the list, nothing is queued for it)."""
     ids = list(dict.fromkeys(int(r) for r in run_ids))
     if not ids:
         raise ConfigError("pick at least one run to evaluate")
@@ -299,7 +410,14 @@ def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, pr
         tasks = {model_run(session, run_id).task for run_id in ids}
     if len(tasks) > 1:
         raise ConfigError(f"the runs are of different tasks ({', '.join(sorted(tasks))}); one test set fits one task")
-    dataset = resolve_test_set(wb, data, tasks.pop(), files=files)
+    dataset, created = _test_set(wb, data, tasks.pop(), files=files)
+    try:
+        for run_id in ids:
+            check_not_trained_on(wb, run_id, dataset)
+            check_test_set(wb, run_id, dataset)
+    except WorkbenchError:
+        _forget_test_set(wb, dataset, created)
+        raise
     return [_queue_evaluation(wb, run_id, dataset, priority) for run_id in ids]
 
 
@@ -327,6 +445,7 @@ def _job_dict(run: Run, artifacts: Iterable[Artifact]) -> dict[str, Any]:
             "finished_at": _iso(run.finished_at), "parent_run_id": run.parent_run_id or spec.get("run_id"),
             "input_name": spec.get("input_name") or None, "dataset_id": run.dataset_id or spec.get("dataset_id"),
             "output_format": spec.get("output_format") if run.kind == KIND_PREDICT else None,
+            "reads": spec.get("reads") or {},
             "runtime": spec.get("runtime") or PYTORCH if run.kind == KIND_PREDICT else None,
             "rows_done": run.step or 0, "rows_total": run.total_steps or 0,
             "rows_per_second": _rows_per_second(run), "eta_seconds": run.eta_seconds,
@@ -388,6 +507,18 @@ def test_sets(wb: Workbench, task: Optional[str] = None) -> list[dict[str, Any]]
     with wb.db.session() as session:
         return [{"dataset_id": r.id, "name": r.name, "task": r.task, "evaluations": r.evaluations}
                 for r in session.execute(stmt)]
+
+
+def trained_on(wb: Workbench) -> dict[str, list[int]]:
+    """The training runs of each stored dataset (dataset id → run ids, oldest first): a dataset is no test set
+    for the runs that trained on it."""
+    with wb.db.session() as session:
+        rows = session.execute(select(Run.dataset_id, Run.id).where(Run.kind == KIND_TRAIN,
+                                                                    Run.dataset_id.is_not(None)).order_by(Run.id))
+        found: dict[str, list[int]] = {}
+        for dataset_id, run_id in rows:
+            found.setdefault(str(dataset_id), []).append(int(run_id))
+        return found
 
 
 def evaluations_on(wb: Workbench, dataset_id: str) -> list[dict[str, Any]]:

@@ -203,14 +203,19 @@ def side_by_side(labels: list[str], tables: list[list[list[Any]]]) -> pd.DataFra
 
 
 def test_set_choices(wb) -> list[tuple[str, str]]:
-    """Every stored dataset as a test set, (label, id): those runs were evaluated on first, saying how often."""
+    """Every stored dataset as a test set, (label, id): those runs were evaluated on first, saying how often.
+    A dataset runs trained on says which (⚠): it is no test set for them, and evaluating them there is refused."""
     counts = {str(t["dataset_id"]): int(t.get("evaluations") or 0) for t in predict_service.test_sets(wb)}
+    trained = predict_service.trained_on(wb)
     stored = [fmt.as_dict(d) for d in data_service.list_datasets(wb)]
     stored.sort(key=lambda d: (-counts.get(str(d.get("id")), 0), str(d.get("name"))))
     choices = []
     for d in stored:
         done = counts.get(str(d.get("id")), 0)
         label = f"{d.get('name')} · {d.get('task')} · {done} evaluation{'s' if done != 1 else ''}"
+        runs = trained.get(str(d.get("id")))
+        if runs:
+            label += f" · ⚠ trained on by run{'s' if len(runs) > 1 else ''} " + ", ".join(f"#{r}" for r in runs)
         choices.append((label, str(d.get("id"))))
     return choices
 
@@ -239,7 +244,10 @@ def compare_on_test_set(wb, dataset_id: str) -> TestSetComparison:
     message = (f"{len(evaluations)} evaluation(s) on this test set." if evaluations else
                "No run has been evaluated on this test set yet: pick runs above and press "
                "*Evaluate these runs on this test set*.")
-    finished = [(int(e["id"]), label) for e, label in zip(evaluations, labels) if e.get("status") == "succeeded"]
+    # one evaluation per run, its newest (an older copy of the same run would be ranked against itself)
+    newest = {e.get("run_id"): (int(e["id"]), label) for e, label in zip(evaluations, labels)
+              if e.get("status") == "succeeded"}
+    finished = sorted(newest.values())
     if len(finished) >= 2:  # the same examples by construction: ranked, named by their runs
         ids, names = zip(*finished)
         message += "\n\n" + significance(wb, list(ids), list(names), pair=False)
@@ -260,9 +268,16 @@ def evaluate_selected(wb, run_ids: list[Any], dataset_id: str | None) -> str:
     ids = [i for i in (_as_id(r) for r in run_ids or []) if i is not None]
     if not ids:
         raise gr.Error("Pick the runs to evaluate in the runs box above.")
+    before = {int(e["id"]) for e in predict_service.evaluations_on(wb, dataset_id)}
     jobs = predict_service.evaluate_runs(wb, ids, dataset_id, files=False)
-    return (f"✔ Queued {len(jobs)} evaluation job(s): {', '.join(f'#{j}' for j in jobs)}. Their scores appear "
-            "here when they finish (press ↻ to look again).")
+    queued = [j for j in jobs if j not in before]
+    kept = [f"#{run} (job #{job})" for run, job in zip(dict.fromkeys(ids), jobs) if job in before]
+    said = (f"✔ Queued {len(queued)} evaluation job(s): {', '.join(f'#{j}' for j in queued)}. Their scores "
+            "appear here when they finish (press ↻ to look again)." if queued else "✔ Nothing new to queue.")
+    if kept:
+        said += (f" Already evaluated on this test set, so not scored again: run{'s' if len(kept) > 1 else ''} "
+                 f"{', '.join(kept)}.")
+    return said
 
 
 def refresh_runs(wb, chosen: list[Any] | None) -> Any:

@@ -86,6 +86,9 @@ def job_header(run: dict[str, Any], outputs: list[str]) -> str:
     source = (f"test set <code>{fmt.html.escape(str(run.get('dataset') or spec.get('dataset_id') or ''))}</code>"
               if run.get("kind") == "evaluate" else
               f"input <code>{fmt.html.escape(str(run.get('input_name') or spec.get('input_name') or ''))}</code>")
+    reads = spec.get("reads") or (run.get("metrics") or {}).get("columns") or {}
+    if run.get("kind") == "predict" and isinstance(reads, dict) and reads:
+        source += " · reads " + fmt.html.escape(predict_service.reads_text(reads))
     title = (f"<h3 id='run-title'>#{run.get('id')} {fmt.html.escape(fmt.run_name(run))}</h3>"
              f"<p class='wb-muted' id='job-facts'>{fmt.kind_label(run)} with the model of run #{parent} "
              f"(<code>{fmt.html.escape(fmt.model_name(run.get('model')))}</code>) · {source} · created "
@@ -204,8 +207,10 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     job_id = predict_service.submit_prediction(wb, int(run["id"]), path, input_name=name,
                                                input_format=_format(input_format), columns=_columns(text, pair),
                                                output_format=output_format or "csv", runtime=runtime)
-    return (f"✔ Queued prediction job #{job_id} for {name}: it appears in the table below, and its file can be "
-            "downloaded there once it has succeeded.")
+    reads = predict_service.get_job(wb, job_id)["reads"]
+    return (f"✔ Queued prediction job #{job_id} for {name}" + (f", reading the {predict_service.reads_text(reads)}"
+                                                                 if reads else "")
+            + ": it appears in the table below, and its file can be downloaded there once it has succeeded.")
 
 
 def queue_evaluation(wb, rid: Any, dataset_id: Optional[str], upload: Any, text: str, pair: str) -> str:

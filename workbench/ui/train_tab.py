@@ -97,14 +97,29 @@ def form_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def dataset_choices(wb, task: str) -> list[tuple[str, str]]:
-    """Stored datasets of ``task`` as (label, id), newest first."""
-    choices = []
+    """Stored datasets of ``task`` as (label, id), newest first; test sets last, labelled as such (they are
+    offered, never preselected: ``preselected``)."""
+    choices, test_sets = [], []
     for item in data_service.list_datasets(wb):
         d = fmt.as_dict(item)
-        if d.get("task") == task:
+        if d.get("task") != task:
+            continue
+        if d.get("test_set"):
+            test_sets.append((f"⚠ test set · {d.get('name')} · {d.get('examples')} examples · {d.get('id')}",
+                              str(d.get("id"))))
+        else:
             choices.append((f"{d.get('name')} · {d.get('train', d.get('num_train'))} train · {d.get('id')}",
                             str(d.get("id"))))
-    return choices
+    return choices + test_sets
+
+
+def preselected(choices: list[tuple[str, str]], current: str | None = None) -> str | None:
+    """The dataset the picker shows: ``current`` while it is a choice (clone-and-edit, Data → Train), else the
+    newest that is no test set, else none — a test set is trained on only when picked by hand."""
+    ids = [value for _, value in choices]
+    if current in ids:
+        return current
+    return next((value for label, value in choices if not label.startswith("⚠ test set")), None)
 
 
 def clone_name(name: str, source_id: int | None = None) -> str:
@@ -308,8 +323,7 @@ def build(wb) -> TrainTab:
     def on_task(task_, current=None):
         """The task's datasets; the chosen one stays when it fits the task (clone-and-edit sets both)."""
         choices = dataset_choices(wb, task_)
-        ids = [value for _, value in choices]
-        return gr.update(choices=choices, value=current if current in ids else (ids[0] if ids else None))
+        return gr.update(choices=choices, value=preselected(choices, current))
 
     task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
     task.change(lambda t: gr.update(visible=t == "text-classification"), [task], [method])
@@ -331,7 +345,8 @@ def build(wb) -> TrainTab:
             run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
-        return submitted_text(wb, run_id), run_id
+        warning = data_service.test_set_warning(wb, spec.data.dataset_id)
+        return submitted_text(wb, run_id) + (f"  \n⚠ {warning[0].upper()}{warning[1:]}." if warning else ""), run_id
 
     task.change(on_task, [task, dataset], [dataset])
     refresh.click(on_task, [task, dataset], [dataset])
