@@ -93,6 +93,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("playground_rate_limit", 60, "Predictions a minute one client address may ask of public playgrounds "
             "(page and API; token-protected playgrounds are not limited); beyond it 429 with `Retry-After`. "
             "0 turns the limit off.", int),
+    Setting("playground_max_in_flight", 1, "Playground predictions one client may have running or waiting at the "
+            "same time (a client: its address, and on a token-protected playground also its token); one more "
+            "answers 429 with `Retry-After` at once. 0 turns the bound off.", int),
+    Setting("playground_token_budget", 20000, "Model input tokens a minute one client may spend on playground "
+            "predictions (inputs x padded length after truncation, counted once answered; a client address, and "
+            "on a token-protected playground also its token). A client in debt answers 429 with `Retry-After` "
+            "until it is refilled. 0 turns the budget off.", int),
     Setting("offline", True, "Never download models from a hub at run time (sets HF_HUB_OFFLINE). Set false on a "
             "machine with internet access to use hub models that are not in the local cache.", _bool),
 )
@@ -121,6 +128,8 @@ class Settings:
     playground_queue: int
     playground_max_tokens: int
     playground_rate_limit: int
+    playground_max_in_flight: int
+    playground_token_budget: int
     offline: bool
 
     @classmethod
@@ -146,7 +155,8 @@ class Settings:
         for name in ("max_jobs", "max_attempts", "cpu_procs", "playground_concurrency", "playground_max_tokens"):
             if values[name] < 1:
                 raise ConfigError(f"{_BY_NAME[name].env} must be at least 1")
-        for name in ("playground_queue", "playground_rate_limit"):
+        for name in ("playground_queue", "playground_rate_limit", "playground_max_in_flight",
+                     "playground_token_budget"):
             if values[name] < 0:
                 raise ConfigError(f"{_BY_NAME[name].env} must be 0 or more")
         return cls(**values)

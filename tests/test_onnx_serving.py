@@ -371,3 +371,25 @@ def test_the_menus_say_which_variant_to_check_and_leave_out_a_failed_one(module_
     assert predictions.served_runtimes(module_wb, run_id) == ["pytorch", "onnx-fp32"]
     with pytest.raises(InvalidState, match="no usable onnx-int8"):
         predictions.runtime_dir(module_wb, run_id, "onnx-int8")
+
+
+def test_every_onnx_run_gives_its_arena_growth_back():
+    """ONNX Runtime's CPU arena kept the largest it grew to: a served variant stayed at its peak RSS for good
+    (1.55 GB after concurrent maximum-size requests, bench/onnx_memory.py). Each run now shrinks it again."""
+    import numpy as np
+
+    from jobs.export import runtime
+
+    calls = []
+
+    class Session:
+        def run(self, names, feed, options=None):
+            calls.append(options)
+            return [np.zeros((len(feed["input_ids"]), 2), dtype=np.float32)]
+
+    model = runtime.OnnxModel.__new__(runtime.OnnxModel)
+    model.session, model.input_names, model.output_names = Session(), ("input_ids",), ("logits",)
+    out = model(input_ids=np.ones((3, 4), dtype=np.int64))
+    assert out.logits.shape == (3, 2)
+    assert calls[0] is not None
+    assert calls[0].get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"

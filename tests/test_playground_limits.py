@@ -161,6 +161,18 @@ def test_a_request_over_the_token_cap_is_refused(tiny):
         predictor.predict([{"text": "word " * 100}] * 5)
 
 
+def test_a_prediction_counts_the_model_tokens_it_ran(tiny):
+    """What a client's token budget is charged: rows x padded length of every pass, QA windows included."""
+    predictor = P.Predictor(tiny["cls"], P.TEXT, max_length=64)
+    _, tokens = predictor.predict_counted([{"text": "word " * 100}, {"text": "short"}])
+    assert tokens == 2 * 64  # the short text is padded to the long one's truncated length
+    _, tokens = predictor.predict_counted([{"text": "short"}])
+    assert 2 < tokens < 10  # counted afresh for each prediction
+    qa = P.Predictor(tiny["qa"], P.QA, max_length=32, doc_stride=8)
+    _, tokens = qa.predict_counted([{"question": "who?", "context": "word " * 60}])
+    assert tokens % 32 == 0 and tokens >= 3 * 32  # several windows of 32 tokens
+
+
 def test_a_question_that_leaves_no_room_for_the_context_is_refused(tiny):
     """The tokenizer used to abort (a Rust panic, HTTP 500) when the question filled the window."""
     predictor = P.Predictor(tiny["qa"], P.QA, max_length=64)

@@ -286,8 +286,14 @@ def test_concurrent_requests_are_all_served_consistently(server, published):
     url = f"{server.url}/api/v1/predict/{published['question-answering'].slug}"
     payload = {"inputs": INPUTS["question-answering"]}
     expected = HTTP.post(url, json=payload).json()["predictions"]
+    # Eight clients, each from its own loopback address: one address has one prediction in flight at a time.
+    clients = [httpx.Client(timeout=120, transport=httpx.HTTPTransport(local_address=f"127.0.0.{10 + n}"))
+               for n in range(8)]
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: HTTP.post(url, json=payload), range(16)))
+        answers = [a for two in pool.map(lambda n: [clients[n].post(url, json=payload) for _ in range(2)], range(8))
+                   for a in two]
+    for one in clients:
+        one.close()
     assert [a.status_code for a in answers] == [200] * 16
     assert all(a.json()["predictions"] == expected for a in answers)
 

@@ -58,6 +58,19 @@ def session_options(threads: Optional[int] = None):
     return options
 
 
+def run_options():
+    """Options of every ``session.run``: the CPU memory arena gives back what a run grew it by once the run ends.
+
+    ONNX Runtime's arena keeps the largest it ever grew to: concurrent maximum-size playground
+    requests left a served variant at its peak for good (bench/onnx_memory.py).
+    """
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 def providers(device: str = "cpu") -> list[str]:
     """CUDA first on a GPU when this onnxruntime build has it, the CPU otherwise."""
     import onnxruntime as ort
@@ -105,7 +118,7 @@ class OnnxModel:
                 raise ConfigError(f"the ONNX model needs the input {name!r}")
             array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
             feed[name] = array.astype(np.int64, copy=False)
-        outputs = self.session.run(list(self.output_names), feed)
+        outputs = self.session.run(list(self.output_names), feed, run_options())
         return types.SimpleNamespace(**{name: torch.from_numpy(np.ascontiguousarray(out)).float()
                                         for name, out in zip(self.output_names, outputs)})
 

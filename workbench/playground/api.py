@@ -2,8 +2,8 @@
 
 Every refusal is a JSON error: a body over ``MAX_BODY`` bytes (413), one that is not JSON or is
 nested too deeply to parse (422), a GET (405); a public playground's caller over the per-address
-rate (429) and a prediction that finds every slot and the wait queue taken (503) come with
-``Retry-After``. The server keeps serving whatever a caller sends.
+rate, a client with a prediction already in flight or over its tokens a minute (429) and a
+prediction that finds every slot and the wait queue taken (503) come with ``Retry-After``. The server keeps serving whatever a caller sends.
 """
 from __future__ import annotations
 
@@ -122,12 +122,12 @@ def build_router(runtime: Playgrounds, only_slug: Optional[str] = None) -> APIRo
             return error_response(NotFound(f"playground {slug!r} does not exist"))
         try:
             # Auth before reading: a caller without the token learns nothing about the inputs;
-            # the rate before reading too: a caller over it costs no body.
+            # the rate and the client's bounds before reading too: a caller over them costs no body.
             target = await run_in_threadpool(runtime.target, slug, request_token(request))
-            runtime.admit(target, request.client.host if request.client else None)
-            kind = await run_in_threadpool(runtime.kind, target)
-            inputs = parse_body(await read_body(request), kind)
-            result = await run_in_threadpool(runtime.predict, slug, inputs, request_token(request))
+            with runtime.admit(target, request.client.host if request.client else None) as meter:
+                kind = await run_in_threadpool(runtime.kind, target)
+                inputs = parse_body(await read_body(request), kind)
+                result = await run_in_threadpool(runtime.predict, slug, inputs, request_token(request), True, meter)
         except WorkbenchError as exc:
             return error_response(exc)
         return JSONResponse(result)

@@ -147,8 +147,8 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
     def predict(request: gr.Request, *values: str):
         raw = page_input(values)
         try:
-            runtime.admit(runtime.target(slug, check=False), _client_address(request))
-            result = runtime.predict(slug, raw, check=False)
+            with runtime.admit(runtime.target(slug, check=False), _client_address(request)) as meter:
+                result = runtime.predict(slug, raw, check=False, meter=meter)
         except WorkbenchError as exc:
             raise gr.Error(str(exc)) from None
         prediction = result["predictions"][0]

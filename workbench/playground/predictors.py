@@ -192,6 +192,7 @@ class Predictor:
         self.floats_per_token = floats_per_token(config, outputs)
         self._tok_lock = threading.Lock()
         self._twin_lock = threading.Lock()
+        self._spent = threading.local()  # tokens the current thread's prediction has passed (check_size)
         self._eager = None
         self._torch = torch
 
@@ -234,6 +235,7 @@ class Predictor:
             raise InvalidInput(f"the request is {rows} sequence(s) of {length} tokens after truncation to "
                                f"{self.max_length} tokens = {rows * length:,} tokens; the limit is "
                                f"{self.max_tokens:,} tokens per request: send fewer or shorter inputs")
+        self._spent.tokens = getattr(self._spent, "tokens", 0) + rows * length
 
     def attention_model(self):
         """The eager twin of the model (made once, on first use): the only path that returns attention maps.
@@ -267,6 +269,12 @@ class Predictor:
         """One result per validated item (see ``normalize_inputs``)."""
         return {TEXT: self._classify, PAIR: self._classify, TOKENS: self._tokens, QA: self._qa,
                 MLM: self._fill}[self.kind](items)
+
+    def predict_counted(self, items: list[dict[str, str]]) -> tuple[list[dict[str, Any]], int]:
+        """``predict`` and the model input tokens it ran (rows x padded length of every pass): what a client's
+        token budget is charged (``limits.ClientBounds``)."""
+        self._spent.tokens = 0
+        return self.predict(items), self._spent.tokens
 
     def model_text(self, text: str) -> str:
         """The text as the model reads it: ``[MASK]`` becomes this tokenizer's mask token."""

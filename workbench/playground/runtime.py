@@ -1,22 +1,24 @@
 """The serving side of playgrounds, shared by the REST API and the pages: cache, kinds, limits, timing. No gradio.
 
-Both edges go through the same ``admit`` (per-address rate of public playgrounds) and the same
-forward-pass slots (``limits.ForwardSlots``), so neither can bypass the bounds of the other.
+Both edges go through the same ``admit`` (per-address rate of public playgrounds, and each client's
+requests in flight and model tokens a minute) and the same forward-pass slots (``limits.ForwardSlots``),
+so neither can bypass the bounds of the other.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from jobs.export.runtime import variant_path
 from storage.context import Workbench
 from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
 from workbench.playground.cache import ModelCache, folder_weight_bytes, pick_device
-from workbench.playground.limits import ForwardSlots, RateLimit
+from workbench.playground.limits import ClientBounds, ForwardSlots, RateLimit
 from workbench.playground.predictors import FIELDS, InvalidInput, Predictor, normalize_inputs, resolve_kind
 
 
@@ -29,6 +31,20 @@ class Shape:
     heads: int
 
 
+@dataclasses.dataclass
+class Meter:
+    """The model input tokens one admitted request ran, for its client's token budget."""
+
+    tokens: int = 0
+
+
+def client_keys(target: service.Target, address: Optional[str]) -> tuple[tuple[str, str], ...]:
+    """Who a request counts against: its address, and on a token-protected playground its token too (a token
+    is handed to one person; its hash names it, the token itself is never kept)."""
+    keys = (("address", address),) if address else ()
+    return keys + ((("token", target.token_hash),) if target.token_hash is not None else ())
+
+
 class Playgrounds:
     """One per server: resolves slugs through the DB on every call (so unpublish is immediate) and caches models."""
 
@@ -38,6 +54,7 @@ class Playgrounds:
         self.device = pick_device(wb.settings.device)
         self.slots = ForwardSlots(wb.settings.playground_concurrency, wb.settings.playground_queue)
         self.rate = RateLimit(wb.settings.playground_rate_limit)
+        self.clients = ClientBounds(wb.settings.playground_max_in_flight, wb.settings.playground_token_budget)
         self._kinds: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -62,13 +79,26 @@ class Playgrounds:
         heads = config.get("num_attention_heads") or config.get("n_heads") or 1
         return Shape(kind=self.kind(target), layers=int(layers), heads=int(heads))
 
-    def admit(self, target: service.Target, address: Optional[str]) -> None:
-        """Count one prediction of ``address`` on a public playground (``RateLimited`` past the rate).
+    @contextlib.contextmanager
+    def admit(self, target: service.Target, address: Optional[str]) -> Iterator["Meter"]:
+        """Hold one prediction of a client for the ``with`` block; the ``Meter`` to hand to ``predict``.
 
-        ``address`` is the client address the server hands the edge; token holders are not counted.
+        On entry: the per-address rate of a public playground (token holders are not counted there),
+        then the client's bounds (``limits.ClientBounds``): its requests in flight and its model tokens
+        a minute, for its address and, on a token-protected playground, its token. Each refusal is
+        ``RateLimited`` (429). On exit the request is given back and the tokens it ran are charged.
+        ``address`` is the client address the server hands the edge (behind a trusted proxy, the
+        forwarded one); without one, only the token is bounded.
         """
         if target.token_hash is None and address:
             self.rate.take(address)
+        keys = client_keys(target, address)
+        started = self.clients.enter(keys)
+        meter = Meter()
+        try:
+            yield meter
+        finally:
+            self.clients.leave(keys, started, meter.tokens)
 
     def predictor(self, target: service.Target) -> Predictor:
         """The target's predictor, from the cache. The key holds the runtime and its export folder, so a
@@ -87,21 +117,25 @@ class Playgrounds:
         key = (str(target.model_dir), kind, target.runtime, str(onnx_dir or ""))
         return self.cache.get(key, load, estimate_bytes=estimate)
 
-    def predict(self, slug: str, raw: Any, token: Optional[str] = None, check: bool = True) -> dict[str, Any]:
+    def predict(self, slug: str, raw: Any, token: Optional[str] = None, check: bool = True,
+                meter: Optional["Meter"] = None) -> dict[str, Any]:
         """Validate, predict and time one request: ``{"predictions": [...], "calibrated": ..., "runtime": ...,
         "latency_ms": ...}`` (``calibrated``: the scores carry the run's temperature scaling; ``runtime``: what
         answered, ``pytorch`` or an ONNX variant such as ``onnx-int8``).
 
         Order of checks: unknown slug (404), token (401), input shape (422), a free forward-pass
         slot (503), size after tokenization (422) — so a caller without the token learns nothing
-        about the expected inputs. The per-address rate is the edge's to count (``admit``).
+        about the expected inputs. The client's bounds are the edge's to hold (``admit``); the tokens
+        the prediction ran are added to its ``meter``.
         """
         started = time.perf_counter()
         target = self.target(slug, token, check)
         kind = self.kind(target)
         items, batch = normalize_inputs(kind, raw)
         predictor = self.predictor(target)
-        predictions = self.slots.run(predictor.predict, items)
+        predictions, tokens = self.slots.run(predictor.predict_counted, items)
+        if meter is not None:
+            meter.tokens += tokens
         return {"task": kind, "batch": batch, "predictions": predictions, "calibrated": predictor.calibrated,
                 "runtime": predictor.runtime, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
