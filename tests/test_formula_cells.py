@@ -273,3 +273,26 @@ def test_a_real_model_trained_on_payload_labels_writes_them_escaped(tmp_path):
     for row in rows:
         probabilities = [float(row[f"prob_{name}"]) for name in sorted(labels.values())]
         assert abs(sum(probabilities) - 1) < 1e-4 and float(row["score"]) == max(probabilities)
+
+
+def test_the_cli_output_and_the_ui_download_are_escaped(cli, wb, tmp_path, monkeypatch):
+    """``workbench predict --output`` copies the job's CSV and the Predict tab offers the same file: both escaped."""
+    import jobs.worker
+    from tests.predict_support import JobRunner, Jobs, trained_run
+    from workbench.ui import predict_panel
+
+    real = jobs.worker.start_embedded_worker
+    monkeypatch.setattr(jobs.worker, "start_embedded_worker",
+                        lambda wb_, runner=None, **kw: real(wb_, JobRunner(wb_, Jobs()), **kw))
+    source, expected = _input(tmp_path, "jsonl")
+    target = tmp_path / "out" / "labelled.csv"
+    code, out, err = cli("predict", str(trained_run(wb)), "--input", str(source), "--output", str(target), "--json")
+    assert code == 0, err
+    downloads = predict_panel.job_files(wb, json.loads(out)["id"])
+    assert [Path(p).name for p in downloads] == ["predictions.csv"]
+    for path in (target, Path(downloads[0])):
+        with path.open(newline="", encoding="utf-8") as handle:
+            raw = list(csv.reader(handle))
+        assert not [cell for row in raw for cell in row if formula_like(cell) and not _number(cell)]
+        header = unescape_row(raw[0])
+        assert [dict(zip(header, unescape_row(row)))["text"] for row in raw[1:]] == [w["text"] for w in expected]
