@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -163,6 +165,78 @@ def test_a_real_upload_is_still_checked_and_imported(site, client, tmp_path):
     stored = data_service.list_datasets(site[1])
     assert [d.name for d in stored] == ["weather"]
     data_service.delete_dataset(site[1], stored[0].id)
+
+
+@pytest.fixture
+def hard_link():
+    """A hard link in Gradio's upload folder to a file outside it, as someone with write access there can make;
+    yields its path. The linked file sits beside the upload folder, on the same file system (a link needs that)."""
+    root = upload_folder()
+    root.mkdir(parents=True, exist_ok=True)
+    outside = Path(tempfile.mkdtemp(dir=root.parent, prefix="outside-"))
+    inside = Path(tempfile.mkdtemp(dir=root, prefix="linked-"))
+    secret = outside / "private.csv"
+    secret.write_text("text,label\nconfidential row,a\n" * 20)
+    link = inside / "private.csv"
+    os.link(secret, link)
+    yield link
+    shutil.rmtree(inside)
+    shutil.rmtree(outside)
+
+
+def test_received_file_refuses_a_hard_link(tmp_path):
+    folder = tmp_path / "uploads"
+    (folder / "abc").mkdir(parents=True)
+    secret = tmp_path / "workbench.db"
+    secret.write_text("secret")
+    os.link(secret, folder / "abc" / "data.csv")
+    with pytest.raises(Forbidden, match="is a hard link") as refused:
+        received_file(str(folder / "abc" / "data.csv"), "training file", folder=folder)
+    assert str(tmp_path / "workbench.db") not in str(refused.value)
+    # Once the other name is gone the file is an ordinary upload again.
+    secret.unlink()
+    assert received_file(str(folder / "abc" / "data.csv"), folder=folder) == folder / "abc" / "data.csv"
+
+
+# Every handler that takes a file from the browser: (endpoint, its input with the file at FILE, what it calls the
+# file, how it answers: a page error, or a "✘" line in its status box).
+FILE = object()
+UPLOAD_HANDLERS = {
+    "check": ("on_upload", [FILE, "text-classification", "auto-detect", "", "", "", "", 128], "file", "error"),
+    "recheck": ("on_recheck", [FILE, "text-classification", "auto-detect", "", "", "", "", 128], "file", "error"),
+    "validation check": ("on_validation", [FILE, "text-classification", "auto-detect", "", "", "", "", 128],
+                         "validation file", "error"),
+    "import": ("on_import", [FILE, "text-classification", "auto-detect", "", "", "", "", "stolen", None, 0.1, 13],
+               "training file", "error"),
+    "import's validation file": ("on_import", ["UPLOAD", "text-classification", "auto-detect", "", "", "", "",
+                                               "stolen", FILE, 0.1, 13], "validation file", "error"),
+    "predict": ("on_predict", ["RUN", FILE, None, "auto-detect", "", "", "csv", "pytorch"], "file to label",
+                "complete"),
+    "evaluate": ("on_evaluate", ["RUN", None, FILE, "", ""], "labelled file", "complete"),
+}
+
+
+@pytest.mark.parametrize("handler", list(UPLOAD_HANDLERS))
+def test_upload_handlers_refuse_a_hard_link(site, hard_link, handler):
+    from workbench.services import datasets as data_service
+    from workbench.services import runs as runs_service
+
+    server, wb, _, run_id = site
+    api, template, what, expect = UPLOAD_HANDLERS[handler]
+    http = logged_in(server.url)
+    train = "".join(f"message {i} is fine,{'ab'[i % 2]}\n" for i in range(40))
+    uploaded = http.post(f"{server.url}/gradio_api/upload",
+                         files={"files": ("train.csv", ("text,label\n" + train).encode())}).json()[0]
+    sent = {"UPLOAD": server_file(uploaded), "RUN": run_id}
+    data = [server_file(str(hard_link)) if item is FILE else sent.get(item, item) for item in template]
+    jobs_before = len(runs_service.list_runs(wb))
+    answer = raw_call(http, server.url, api, data, expect=expect)
+    message = answer["error"] if expect == "error" else answer[0]
+    refusal = (f"the {what} {str(hard_link)!r} is a hard link (it has another name on the server), so it is not a "
+               "file this page received; choose the file again with the upload box")
+    assert message == (refusal if expect == "error" else f"✘ {refusal}")
+    assert "confidential" not in json.dumps(answer) and "outside-" not in message
+    assert data_service.list_datasets(wb) == [] and len(runs_service.list_runs(wb)) == jobs_before
 
 
 # ------------------------------------------------------------------ 2. + 3. playgrounds serve only themselves

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, TextIO
 
 from jobs.predict.spec import PredictSpec
+from storage.cells import unescape_cell
 from storage.datasets import read_qa, read_text, read_tokens
 from storage.datasets.columns import ColumnMapping, detect
 from storage.datasets.formats import SUFFIXES
@@ -416,7 +417,7 @@ def _header(reader, name: str, problems: ProblemLog) -> Optional[list[str]]:
     header: list[str] = []
     try:
         while not any(cell.strip() for cell in header):
-            header = [h.strip().lstrip("\ufeff") for h in next(reader)]
+            header = [unescape_cell(h.strip().lstrip("\ufeff")) for h in next(reader)]
     except StopIteration:
         problems.error(name, "the file is empty", hint="give a file with a header row and one row per text")
         return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from jobs.predict.inputs import QA, TEXT, TOKENS, InputRow
+from storage.cells import escape_cell
 
 log = logging.getLogger(__name__)
 
@@ -229,21 +230,23 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def _cell(value: Any) -> Any:
-    """A value as a CSV cell: lists and objects as JSON, booleans as true/false, nothing as empty."""
+    """A value as a CSV cell: lists and objects as JSON, booleans as true/false, nothing as empty; a text a
+    spreadsheet would run as a formula behind a ``'`` (``storage.cells``), numbers as they are."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False)
-    return value
+    return escape_cell(value)
 
 
 def write_csv(path: Path, rows: Iterable[Mapping[str, Any]], layout: Layout) -> None:
+    """The header (input column names are the user's text too) and the rows, every text cell escaped."""
     columns = layout.columns
     with path.open("w", encoding="utf-8", newline="") as handle:
         out = csv.writer(handle)
-        out.writerow(columns)
+        out.writerow([escape_cell(c) for c in columns])
         for row in rows:
             out.writerow([_cell(row.get(c)) for c in columns])
         handle.flush()

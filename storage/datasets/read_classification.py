@@ -5,6 +5,7 @@ import csv
 import sys
 from typing import Any, Iterator, Sequence, TextIO
 
+from storage.cells import unescape_cell, unescape_row
 from storage.datasets.columns import ColumnMapping, detect
 from storage.datasets.problems import ProblemLog
 from storage.datasets.records import Record, as_label, iter_json_lines
@@ -42,7 +43,8 @@ class DelimitedRows:
     """(first line, fields) of each data row of a CSV/TSV ``reader`` after its header: blank rows are skipped,
     a row that cannot be parsed or has another number of fields than the header is reported to ``log`` and
     skipped, and after 100 unparseable rows reading stops. ``seen`` counts the non-blank rows, ragged ones
-    included. The Data tab and prediction files (``jobs.predict.inputs``) read rows through this one loop."""
+    included. The Data tab and prediction files (``jobs.predict.inputs``) read rows through this one loop,
+    which undoes the formula escaping of the workbench's own CSV outputs (``storage.cells``) in every cell."""
 
     def __init__(self, reader, width: int, name: str, log: ProblemLog, delimiter: str):
         self.reader, self.width, self.name, self.log, self.delimiter = reader, width, name, log, delimiter
@@ -71,7 +73,7 @@ class DelimitedRows:
                           hint=f"quote fields that contain {'a tab' if self.delimiter == chr(9) else 'a comma'}, "
                                "or add/remove delimiters so every row has one field per column")
                 continue
-            yield start, row
+            yield start, unescape_row(row)
 
 
 def _mapping_problems(name: str, names: Sequence[str], mapping: ColumnMapping, log: ProblemLog,
@@ -129,7 +131,7 @@ def read_delimited(stream: TextIO, name: str, columns: ColumnMapping | None, log
     try:
         header: list[str] = []
         while not any(cell.strip() for cell in header):
-            header = [h.strip().lstrip("\ufeff") for h in next(reader)]
+            header = [unescape_cell(h.strip().lstrip("\ufeff")) for h in next(reader)]
     except StopIteration:
         log.error(name, "the file is empty", hint="upload a file with a header row and examples")
         return

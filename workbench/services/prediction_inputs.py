@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional
 
 from jobs.predict import inputs
+from storage.cells import unescape_cell
 from storage.datasets.columns import ColumnMapping
 from storage.datasets.problems import ProblemLog
 from storage.datasets.source import read_head, scan
@@ -139,7 +140,7 @@ def _header(head: str, name: str, delimiter: str) -> tuple[int, list[str]]:
     try:
         for row in reader:
             if any(cell.strip() for cell in row):
-                return reader.line_num, [cell.strip().lstrip("\ufeff") for cell in row]
+                return reader.line_num, [unescape_cell(cell.strip().lstrip("\ufeff")) for cell in row]
     except csv.Error as exc:
         _fail(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
     _fail(name, "the file has no header row", hint="put the column names on the first line")

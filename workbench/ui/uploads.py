@@ -7,8 +7,9 @@ stays false), so a caller could name ``/etc/passwd``, the workbench database or 
 ``WORKBENCH_AUTH`` file and read it back through the preview or the import. Every handler
 that takes a file from the client passes it through ``received_file`` first; the server also
 switches Gradio's own check on (``workbench.server``), so there are two locks on this door.
-Either refusal names only the path the caller sent (``not_uploaded``): never the upload folder,
-the database or the password file, which the caller has no business learning.
+Gradio's check cannot see a hard link in its folder; ``received_file`` refuses those as well.
+Every refusal names only the path the caller sent (``not_uploaded``, ``hard_linked``): never the
+upload folder, the database or the password file, which the caller has no business learning.
 """
 from __future__ import annotations
 
@@ -36,10 +37,12 @@ def _path_of(value: Any) -> Optional[str]:
 
 def not_uploaded(raw: Any, what: str = "file") -> Forbidden:
     """The refusal of a file the browser did not upload: it names what was sent, nothing of the server."""
+    return Forbidden(f"the {what} {_shown(raw)!r} was not uploaded through this page; choose it again with the upload box")
+
+
+def _shown(raw: Any) -> str:
     sent = str(raw)
-    if len(sent) > 120:
-        sent = sent[:60] + "…" + sent[-59:]
-    return Forbidden(f"the {what} {sent!r} was not uploaded through this page; choose it again with the upload box")
+    return sent[:60] + "…" + sent[-59:] if len(sent) > 120 else sent
 
 
 def sent_paths(value: Any) -> list[str]:
@@ -60,7 +63,11 @@ def received_file(value: Any, what: str = "file", folder: Optional[Path] = None)
     """The real path of an uploaded file, or None when nothing was given.
 
     Raises ``Forbidden`` unless the path, with links and ``..`` resolved, is a regular file
-    inside the upload folder: that is, a file this server received from a browser.
+    inside the upload folder: that is, a file this server received from a browser. A file there
+    with more than one name (``st_nlink > 1``) is refused too: Gradio writes each upload as a new
+    file, so a second name is a hard link someone with write access to the folder made, and
+    through it any file of theirs on the same file system (the database, a users file) would
+    read as an upload, which resolving symbolic links cannot catch.
     """
     raw = _path_of(value)
     if not raw:
@@ -69,4 +76,12 @@ def received_file(value: Any, what: str = "file", folder: Optional[Path] = None)
     resolved = Path(os.path.realpath(raw))
     if not resolved.is_relative_to(root) or resolved == root or not resolved.is_file():
         raise not_uploaded(raw, what)
+    if resolved.stat().st_nlink > 1:
+        raise hard_linked(raw, what)
     return resolved
+
+
+def hard_linked(raw: Any, what: str = "file") -> Forbidden:
+    """The refusal of a file in the upload folder that has another name too: it names what was sent, nothing else."""
+    return Forbidden(f"the {what} {_shown(raw)!r} is a hard link (it has another name on the server), so it is not "
+                     "a file this page received; choose the file again with the upload box")
