@@ -66,8 +66,10 @@ def count_truncated(model: ModelRef, records: Sequence[dict], max_length: int,
     ``max_length`` tokens: the rows scored on a cut text."""
     from storage.datasets.stats import token_lengths
 
-    if tokenizer is None:
-        from transformers import AutoTokenizer
+    if tokenizer is None:  # loaded as the engine loads it (a byte-level BPE tagger needs its prefix space)
+        from transformers import AutoConfig
 
-        tokenizer = AutoTokenizer.from_pretrained(model.model_dir)
+        from jobs.engine import _load_tokenizer
+
+        tokenizer = _load_tokenizer(model.model_dir, AutoConfig.from_pretrained(model.model_dir), model.task)
     return int((token_lengths(tokenizer, model.task, list(records)) > max_length).sum())
