@@ -146,6 +146,24 @@ def test_runs_list_and_show_include_jobs(cli, wb, tmp_path, in_process_jobs):
     assert (record["kind"], record["parent_run_id"], record["outputs"]) == ("predict", run_id, [str(output)])
 
 
+def test_runs_show_says_what_an_evaluation_scored(cli, wb, tmp_path, in_process_jobs):
+    """The test set's line of `runs show`: its rows, the duplicates kept, the rows cut to the max length
+    (the counts ``jobs.predict.test_facts`` adds to an evaluation's metrics)."""
+    from storage.models import Run
+
+    run_id = trained_run(wb)
+    code, out, err = cli("evaluate", str(run_id), "--data", str(labelled_jsonl(tmp_path)), "--wait", "--json")
+    assert code == 0, err
+    job = json.loads(out)
+    with wb.db.session() as session:  # what the real job adds (the fake job of these tests does not count)
+        session.get(Run, job["id"]).metrics = {**job["metrics"], "rows": 20, "duplicates": 3, "truncated": 1,
+                                               "max_length": 64}
+    code, out, _ = cli("runs", "show", str(job["id"]))
+    assert f"test set: dataset {job['dataset_id']} (test): 20 rows, 3 of them duplicates, all scored · 1 row longer " \
+           "than 64 tokens, cut to it\n" in out
+    assert "  truncated: 1\n" in out
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_predict_and_evaluate_with_a_trained_tiny_model(cli, wb, tmp_path):

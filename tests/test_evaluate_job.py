@@ -185,6 +185,26 @@ def test_a_label_the_model_never_saw_is_refused_with_file_and_line(classifier, t
     assert not (tmp_path / "eval" / "metrics.json").exists()
 
 
+def test_rows_cut_to_the_max_length_are_counted_and_the_test_sets_duplicates_recorded(classifier, tmp_path):
+    """A row longer than the run's max length is scored on its first tokens: the evaluation counts such rows
+    (``truncated``, with the ``max_length``) and carries over what the dataset's import did with repeated rows."""
+    max_length = classifier.ref.hyperparameters["max_length"]
+    long_text = " ".join(["great film loved it"] * max_length)  # 4 words a repeat: far past the max length
+    records = three_class_records(9, 3) + [{"text": long_text, "label": "pos"}, {"text": long_text, "label": "pos"}]
+    folder = tmp_path / "dataset"  # a stored test set's folder: its records and the import's meta.json
+    folder.mkdir()
+    path = write_jsonl(folder / "train.jsonl", records)
+    (folder / "meta.json").write_text(json.dumps({"details": {"duplicates_kept": 7, "duplicates_dropped": 0}}))
+    metrics = _evaluate(classifier, [path], tmp_path / "eval")
+    assert (metrics["rows"], metrics["truncated"], metrics["max_length"]) == (11, 2, max_length)
+    assert (metrics["duplicates"], metrics["duplicates_dropped"]) == (7, 0)
+    saved = _written(tmp_path / "eval")[0]
+    assert (saved["truncated"], saved["duplicates"]) == (2, 7)
+    # records that are no stored dataset's: nothing is claimed about their duplicates; none of them is cut
+    metrics = _evaluate(classifier, [classifier.validation], tmp_path / "eval2")
+    assert metrics["truncated"] == 0 and "duplicates" not in metrics and "duplicates_dropped" not in metrics
+
+
 def test_cancel_mid_evaluation_raises_and_leaves_no_metrics(classifier, tmp_path):
     reporter = RecordingReporter(cancel_after_step=4)
     out = tmp_path / "eval"

@@ -204,6 +204,31 @@ def test_evaluations_store_metrics_per_test_set(qwb, tmp_path):
         predictions.job_outputs(qwb, first)
 
 
+def test_a_test_file_is_scored_as_given_with_its_duplicates_while_training_data_drops_them(wb, tmp_path):
+    """300 rows of which 3 repeat an earlier one: an evaluation scores all 300 and says so; the same file
+    stored as training data drops the 3, as it always did (and is another dataset: other import options)."""
+    from jobs.predict.test_facts import import_duplicates
+
+    run_id = trained_run(wb)
+    data = labelled_jsonl(tmp_path, rows=297)
+    with data.open("a") as handle:  # rows 1, 2 and 3 again, at the end
+        handle.writelines(data.read_text().splitlines(keepends=True)[1:4])
+    job_id = predictions.submit_evaluation(wb, run_id, str(data))
+    jobs = Jobs()
+    drain(wb, jobs, job_id)
+    [records] = jobs.calls[0]["records"]
+    assert len(Path(records).read_text().splitlines()) == 300  # the job reads every row of the file
+    assert import_duplicates([records]) == {"duplicates": 3, "duplicates_dropped": 0}
+    test_set = datasets.get_dataset(wb, predictions.get_job(wb, job_id)["dataset_id"])
+    assert (test_set.train, test_set.validation, test_set.stats["details"]["duplicates_kept"]) == (300, 0, 3)
+    assert "test.jsonl:298: warning: duplicate of line 2; kept and scored: a test set is scored as given" \
+        in test_set.warnings[0]
+    training = datasets.import_dataset(wb, data, "text-classification", validation_fraction=0.0, tokenizer=False)
+    assert training.id != test_set.id and (training.train, training.validation) == (297, 0)
+    assert training.stats["details"]["duplicates_dropped"] == 3 and "duplicates_kept" not in training.stats["details"]
+    assert "keep_duplicates" not in training.stats["options"]  # a training upload's address is what it was
+
+
 def test_evaluate_runs_checks_every_run_before_queueing_any(wb, tmp_path):
     good, running = trained_run(wb), trained_run(wb, RUNNING)
     with pytest.raises(InvalidState, match=f"run {running} is still training"):

@@ -263,6 +263,23 @@ def test_a_finished_evaluations_header_gives_its_test_set_score_with_the_interva
     assert "run-score" not in job_header({**job, "kind": "predict"}, [])
 
 
+def test_an_evaluations_header_says_what_was_scored_duplicates_and_rows_cut_to_the_max_length():
+    from workbench.ui.predict_panel import job_header
+
+    job = {"id": 5, "kind": "evaluate", "status": "succeeded", "task": "text-classification", "parent_run_id": 1,
+           "spec": {"dataset_id": "ds-test"}, "name": "evaluate on test",
+           "metrics": {"accuracy": 0.9, "rows": 300, "duplicates": 3, "duplicates_dropped": 0, "truncated": 5,
+                       "max_length": 128}}
+    assert ("<p class='wb-muted' id='job-test-set'>300 rows, 3 of them duplicates, all scored · 5 rows longer "
+            "than 128 tokens, cut to it</p>") in job_header(job, [])
+    # a dataset stored as training data and picked as the test set: what its import dropped is said
+    dropped = {**job["metrics"], "rows": 297, "duplicates_dropped": 3, "truncated": 0}
+    del dropped["duplicates"]
+    assert ("297 rows scored; 3 duplicate rows were dropped when the dataset was stored · no row longer than "
+            "128 tokens") in job_header({**job, "metrics": dropped}, [])
+    assert "job-test-set" not in job_header({**job, "metrics": {"accuracy": 0.9, "rows": 300}}, [])
+
+
 def test_evaluating_runs_again_on_the_same_test_set_reuses_their_evaluations(wb, tmp_path):
     first, second = trained_run(wb, "first"), trained_run(wb, "second")
     dataset_id = stored_test_set(wb, tmp_path)

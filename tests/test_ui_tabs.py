@@ -164,6 +164,10 @@ def test_compare_leaves_the_timing_and_size_facts_out_of_the_metrics():
                          "checkpoints": 3, "setup_seconds": 4.0, "wall_seconds": 60.0, "f1_macro": 0.8,
                          "processes": 2}}]
     assert compare_tab.quality_metrics(runs) == ["accuracy", "f1_macro"]
+    # an evaluation's counts of its test set are no scores: no column of their own in Compare
+    evaluation = {"metrics": {"accuracy": 0.8, "rows": 300, "rows_per_second": 90.0, "batch_size": 64, "truncated": 5,
+                              "max_length": 128, "duplicates": 3, "duplicates_dropped": 0, "model_run": 2}}
+    assert compare_tab.quality_metrics([evaluation]) == ["accuracy"]
 
 
 def test_the_train_form_says_what_the_defaults_chose_for_a_small_dataset(wb):

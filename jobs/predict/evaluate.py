@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from jobs.predict.infer import run_abstains
 from jobs.predict.spec import ModelRef, PredictSpec
+from jobs.predict.test_facts import test_set_facts
 from jobs.progress import EVALUATING, PREPARING, WRITING_PREDICTIONS, Cancelled, report_phase
 from storage.errors import ConfigError, DataValidationError, Problem, TrainingError
 
@@ -55,7 +56,8 @@ def run_evaluation(spec: PredictSpec, model: ModelRef, records_paths: Sequence[s
                    reporter, *, device: str = "auto") -> dict:
     """Score ``model`` on the test set ``records_paths`` (its train.jsonl, then validation.jsonl) into ``output_dir``.
 
-    Returns the metrics (the task's, plus rows, seconds, test_set, model_run); raises ``Cancelled`` when
+    Returns the metrics (the task's, plus rows, seconds, test_set, model_run, and ``test_set_facts``'s
+    counts of repeated and truncated rows); raises ``Cancelled`` when
     the reporter asks to stop (nothing is written then), ``DataValidationError`` for a test set the model
     cannot be scored on, ``TrainingError``/``ConfigError`` for a model or run that cannot be read.
     """
@@ -78,6 +80,7 @@ def run_evaluation(spec: PredictSpec, model: ModelRef, records_paths: Sequence[s
     metrics = {**evaluation.metrics, "rows": len(records), "seconds": round(seconds, 2),
                "rows_per_second": round(len(records) / max(seconds, 1e-9), 2), "test_set": spec.dataset_id,
                "model_run": model.run_id, "device": device, "batch_size": batch_size}
+    metrics.update(test_set_facts(model, records, records_paths, hp))  # repeated rows, rows cut to max length
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     write_evaluation(output_dir, metrics, hp, evaluation)
     log.info("evaluation finished: %s", json.dumps(evaluation.metrics))

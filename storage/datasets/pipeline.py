@@ -2,8 +2,8 @@
 
 Pass 1 validates every record, writes ``all.jsonl`` and keeps three small numbers per record
 (split key, duplicate digest, line). Between the passes duplicates and the validation split are
-chosen with numpy. Pass 2 re-reads ``all.jsonl``, drops duplicates, writes ``train.jsonl`` and
-``validation.jsonl`` and gathers the statistics. Memory grows by about 20 bytes per record, never
+chosen with numpy. Pass 2 re-reads ``all.jsonl``, drops duplicates (a test set, ``keep_duplicates``, keeps
+them: it is scored as given), writes ``train.jsonl`` and ``validation.jsonl`` and gathers the statistics. Memory grows by about 20 bytes per record, never
 with the size of the texts.
 """
 from __future__ import annotations
@@ -44,11 +44,16 @@ class ReadOptions:
     columns: ColumnMapping | None = None
     validation_fraction: float = 0.1
     seed: int = 13
+    # A test set is scored as given: its repeated rows are kept (and counted), where training data drops them
+    keep_duplicates: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "format": self.format or "auto",
-                "columns": self.columns.to_dict() if self.columns else {},
-                "validation_fraction": self.validation_fraction, "seed": self.seed}
+        out = {"task": self.task, "format": self.format or "auto",
+               "columns": self.columns.to_dict() if self.columns else {},
+               "validation_fraction": self.validation_fraction, "seed": self.seed}
+        if self.keep_duplicates:  # only when set: the content address of every training upload stays as it was
+            out["keep_duplicates"] = True
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "ReadOptions":
@@ -57,7 +62,8 @@ class ReadOptions:
         fmt = raw.get("format")
         return cls(task=raw["task"], format=None if fmt in (None, "auto") else fmt,
                    columns=ColumnMapping(**columns) if columns else None,
-                   validation_fraction=float(raw.get("validation_fraction", 0.1)), seed=int(raw.get("seed", 13)))
+                   validation_fraction=float(raw.get("validation_fraction", 0.1)), seed=int(raw.get("seed", 13)),
+                   keep_duplicates=bool(raw.get("keep_duplicates", False)))
 
 
 @dataclasses.dataclass
@@ -218,6 +224,9 @@ def _plan(state: _Pass1, options: ReadOptions, boundary: int | None) -> tuple[np
     in_validation = np.zeros(len(keys), dtype=bool)
     in_validation[keep] = validation_mask(keys[keep], options.validation_fraction, options.seed,
                                           SPLIT_MODE[options.task])
+    if options.keep_duplicates:  # a kept copy goes where its first copy went: no text on both sides of the split
+        copies = ~keep
+        in_validation[copies] = in_validation[first[copies]]
     return first, conflicting, in_validation
 
 
@@ -261,7 +270,10 @@ def prepare(path: Path, options: ReadOptions, out_dir: Path, *, validation_path:
         all_path.unlink(missing_ok=True)
         raise DataValidationError(problems.errors())
     first, conflicting, in_validation = _plan(state, options, boundary if validation_path else None)
-    details["duplicates_dropped"] = int((first >= 0).sum())
+    repeats = int((first >= 0).sum())
+    details["duplicates_dropped"] = 0 if options.keep_duplicates else repeats
+    if options.keep_duplicates:
+        details["duplicates_kept"] = repeats
     names = [s.path.name for s in sources]
     result = _second_pass(all_path, out_dir, options, first, conflicting, in_validation, boundary, names,
                           state.lines, problems, sample_size)
@@ -307,8 +319,9 @@ def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.
                 originals[i] = str(data.get("id", ""))
             if first[i] >= 0:
                 _duplicate_warning(problems, i, int(first[i]), bool(conflicting[i]), boundary, names, lines, data,
-                                   originals)
-                continue
+                                   originals, kept=options.keep_duplicates)
+                if not options.keep_duplicates:
+                    continue
             part = "validation" if in_validation[i] else "train"
             (valid if part == "validation" else train).write(raw)
             counts[part] += 1
@@ -322,20 +335,24 @@ def _second_pass(all_path: Path, out_dir: Path, options: ReadOptions, first: np.
 
 
 def _duplicate_warning(problems: ProblemLog, i: int, original: int, conflict: bool, boundary: int, names: list[str],
-                       lines: array.array, data: dict[str, Any], originals: dict[int, str]) -> None:
+                       lines: array.array, data: dict[str, Any], originals: dict[int, str], *,
+                       kept: bool = False) -> None:
+    """One warning per repeated example: dropped (training data, the first copy kept) or ``kept`` (a test set)."""
     file_of = lambda k: names[0] if k < boundary or len(names) == 1 else names[1]  # noqa: E731
     line = lines[i] if lines[i] >= 0 else None
     where = (f"line {lines[original]}" if lines[original] >= 0
              else f"question {originals[original]}" if originals.get(original) else "an earlier example")
     if file_of(original) != file_of(i):
         where += f" of {file_of(original)}"
+    fate = "kept and scored: a test set is scored as given" if kept else "dropped"
     if conflict:
-        problems.warning("conflicting duplicate", file_of(i), f"same text as {where} but another label; dropped",
-                         line=line, column="label", hint="decide on one label for this text (kept: the first copy)")
+        problems.warning("conflicting duplicate", file_of(i), f"same text as {where} but another label; {fate}",
+                         line=line, column="label",
+                         hint="decide on one label for this text" + ("" if kept else " (kept: the first copy)"))
         return
-    problems.warning("duplicate", file_of(i), f"duplicate of {where}; dropped", line=line,
+    problems.warning("duplicate", file_of(i), f"duplicate of {where}; {fate}", line=line,
                      record=data.get("id") if line is None else None,
-                     hint="remove repeated examples (kept: the first copy)")
+                     hint="remove repeated examples" + ("" if kept else " (kept: the first copy)"))
 
 
 def _shorten(data: dict[str, Any], limit: int = 300) -> dict[str, Any]:

@@ -158,8 +158,9 @@ def _job_lines(run: dict) -> list[str]:
         lines.append(f"input: {spec.get('input_name') or spec.get('input_path')} "
                      f"({spec.get('input_format') or 'detected'}), output format {spec.get('output_format')}")
     else:
+        facts = fmt.test_set_facts_text(run.get("metrics"))
         lines.append(f"test set: dataset {run['dataset_id'] or spec.get('dataset_id')}"
-                     + (f" ({run['dataset']})" if run.get("dataset") else ""))
+                     + (f" ({run['dataset']})" if run.get("dataset") else "") + (f": {facts}" if facts else ""))
     lines += ["outputs:"] + [f"  {path}" for path in run["outputs"]] if run["outputs"] else []
     return lines
 

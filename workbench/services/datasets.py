@@ -95,11 +95,11 @@ def _existing_file(path: str | Path, what: str = "file") -> Path:
 
 
 def _read_options(task: str, format: str | None, columns: ColumnMapping | None, validation_fraction: float,
-                  seed: int) -> ReadOptions:
+                  seed: int, keep_duplicates: bool = False) -> ReadOptions:
     if columns is not None and not any(dataclasses.asdict(columns).values()):
         columns = None
     return ReadOptions(task=check_task(task), format=format or None, columns=columns,
-                       validation_fraction=validation_fraction, seed=seed)
+                       validation_fraction=validation_fraction, seed=seed, keep_duplicates=keep_duplicates)
 
 
 def inspect_file(path: str | Path, task: str, *, format: str | None = None, columns: ColumnMapping | None = None,
@@ -127,13 +127,15 @@ def validate_file(wb: Workbench, path: str | Path, task: str, **kwargs: Any) -> 
 def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | None = None,
                    format: str | None = None, columns: ColumnMapping | None = None,
                    validation_path: str | Path | None = None, validation_fraction: float = 0.1, seed: int = 13,
-                   tokenizer: Any = None, max_length: int = 128) -> DatasetSummary:
+                   tokenizer: Any = None, max_length: int = 128, keep_duplicates: bool = False) -> DatasetSummary:
     """Validate and store a file. All or nothing: on any error no row and no folder remain.
 
     The id is derived from the bytes and the options, so importing the same thing twice returns the
-    first dataset with ``reused=True``.
+    first dataset with ``reused=True``. Repeated examples are dropped (training on a copy twice weighs it
+    twice, and a copy on both sides of the split leaks), unless ``keep_duplicates``: a test set is scored
+    as given, so its repeats are kept and counted (``stats.details.duplicates_kept``).
     """
-    options = _read_options(task, format, columns, validation_fraction, seed)
+    options = _read_options(task, format, columns, validation_fraction, seed, keep_duplicates)
     source = _existing_file(path)
     validation = _existing_file(validation_path, "validation file") if validation_path else None
     hashes = [file_sha256(p) for p in (source, validation) if p is not None]

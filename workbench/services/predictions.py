@@ -268,8 +268,10 @@ def _test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optio
     is removed again when the evaluation is refused, so a refusal leaves nothing behind."""
     path = Path(str(data)).expanduser()
     if files and path.is_file():
+        # scored as given: a test file's repeated rows are kept (a training import drops them)
         dataset = datasets_service.import_dataset(wb, path, task, format=input_format,
-                                                  columns=column_mapping(columns), validation_fraction=0.0)
+                                                  columns=column_mapping(columns), validation_fraction=0.0,
+                                                  keep_duplicates=True)
         created = not dataset.reused
     else:
         dataset, created = datasets_service.get_dataset(wb, str(data)), False

@@ -175,8 +175,11 @@ def datasets_warning(runs: list[dict[str, Any]]) -> str:
             "to compare them on the same examples, evaluate them on one test set (*On a test set*, below).")
 
 
+# an evaluation's counts of its test set (rows, repeated rows, rows cut to the max length) and its model's run
+# id are no scores either
 HOUSEKEEPING = ("seconds", "peak_", "per_second", "params", "parameters", "runtime", "step", "epoch", "examples",
-                "records", "evaluations", "checkpoints", "processes")
+                "records", "evaluations", "checkpoints", "processes", "rows", "batch_size", "duplicates",
+                "truncated", "max_length", "model_run")
 
 
 def quality_metrics(runs: list[dict[str, Any]]) -> list[str]:

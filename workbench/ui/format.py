@@ -331,6 +331,26 @@ def score_text(metrics: Mapping[str, Any] | None) -> str:
     return MISSING
 
 
+def test_set_facts_text(metrics: Mapping[str, Any] | None) -> str:
+    """What an evaluation scored, from its metrics: ``300 rows, 3 of them duplicates, all scored · 5 rows
+    longer than 128 tokens, cut to it`` (``jobs.predict.test_facts``); "" for a job that recorded neither."""
+    metrics = metrics or {}
+    rows, kept, dropped = (_whole(metrics.get(k)) for k in ("rows", "duplicates", "duplicates_dropped"))
+    cut, limit = _whole(metrics.get("truncated")), _whole(metrics.get("max_length"))
+    parts = []
+    if rows is not None and kept:
+        parts.append(f"{rows:,} rows, {kept:,} of them duplicate{'s' if kept > 1 else ''}, all scored")
+    elif rows is not None and dropped:
+        parts.append(f"{rows:,} rows scored; {dropped:,} duplicate row{'s were' if dropped > 1 else ' was'} "
+                     "dropped when the dataset was stored")
+    elif rows is not None and kept == 0:
+        parts.append(f"{rows:,} rows, no duplicates, all scored")
+    if cut is not None and limit:
+        parts.append(f"{cut:,} row{'s' if cut != 1 else ''} longer than {limit:,} tokens, cut to it" if cut
+                     else f"no row longer than {limit:,} tokens")
+    return " · ".join(parts)
+
+
 def run_choice(run: Any) -> tuple[str, int]:
     """A (label, id) pair for run pickers."""
     run = as_dict(run)
@@ -484,7 +504,8 @@ COST_NAMES = {
     "validation_records": "Validation examples", "method": "Method", "device": "Device",
     # prediction and evaluation jobs
     "test_set": "Test set", "rows": "Rows", "seconds": "Time", "rows_per_second": "Rows per second",
-    "truncated": "Rows cut to the max length",
+    "truncated": "Rows cut to the max length", "max_length": "Max length (tokens)",
+    "duplicates": "Duplicate rows (kept and scored)", "duplicates_dropped": "Duplicate rows dropped when stored",
 }
 BASELINE_SCORES = {"accuracy": "accuracy", "f1_macro": "F1 (macro)"}
 

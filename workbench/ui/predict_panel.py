@@ -102,6 +102,9 @@ def job_header(run: dict[str, Any], outputs: list[str]) -> str:
     if run.get("kind") == "evaluate" and status == "succeeded":  # the test-set score, with its interval
         metrics = run.get("metrics") or {}
         body += fmt.score_line_html(str(run.get("task", "")), metrics, "Test-set", metrics.get("rows"))
+        facts = fmt.test_set_facts_text(metrics)
+        if facts:  # what was scored: repeated rows kept or dropped, rows cut to the max length
+            body += f"<p class='wb-muted' id='job-test-set'>{fmt.html.escape(facts)}</p>"
     if outputs:
         names = ", ".join(f"<code>{fmt.html.escape(name)}</code>" for name in outputs)
         body += f"<p id='job-outputs'>Output: {names} — download from the Predict tab.</p>"
