@@ -583,10 +583,12 @@ def ordinal(number: int) -> str:
 
 def queue_text(queue: Mapping[str, Any] | None) -> str:
     """Where a queued run stands (``workbench.services.runs.queue_positions``):
-    ``2nd in line · starts after run 1, in about 10 min``; "" without a position."""
+    ``2nd in line · starts after run 1, in about 10 min``, ``1st in the short-job lane · …`` for a job that
+    runs beside the training runs; "" without a position."""
     if not queue:
         return ""
-    line = f"{ordinal(int(queue['position']))} in line"
+    where = "the short-job lane" if queue.get("lane") == "short" else "line"
+    line = f"{ordinal(int(queue['position']))} in {where}"
     start = queue.get("expected_start_seconds")
     if queue.get("unknown") == "no worker is running":
         return f"{line} · no worker is running (start one: workbench worker)"
