@@ -25,7 +25,7 @@ from storage.datasets.formats import check_format, check_task, detect_format
 from storage.datasets.problems import ProblemLog
 from storage.datasets.records import Record
 from storage.datasets.source import SourceInfo, open_text, read_head, scan
-from storage.datasets.split import validation_mask
+from storage.datasets.split import MIN_VALIDATION, effective_fraction, validation_mask
 from storage.datasets.stats import SAMPLE_SIZE, LabelStats, Reservoir, length_summary, load_tokenizer, token_lengths
 from storage.errors import ConfigError, DataValidationError, Problem
 
@@ -44,11 +44,14 @@ class ReadOptions:
     columns: ColumnMapping | None = None
     validation_fraction: float = 0.1
     seed: int = 13
+    # the fewest validation examples a split holds out, up to a quarter of the data (storage.datasets.split)
+    min_validation: int = MIN_VALIDATION
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task, "format": self.format or "auto",
                 "columns": self.columns.to_dict() if self.columns else {},
-                "validation_fraction": self.validation_fraction, "seed": self.seed}
+                "validation_fraction": self.validation_fraction, "min_validation": self.min_validation,
+                "seed": self.seed}
 
 
 @dataclasses.dataclass
@@ -194,8 +197,8 @@ def _plan(state: _Pass1, options: ReadOptions, boundary: int | None) -> tuple[np
         return first, conflicting, np.arange(len(keys)) >= boundary
     keep = first < 0
     in_validation = np.zeros(len(keys), dtype=bool)
-    in_validation[keep] = validation_mask(keys[keep], options.validation_fraction, options.seed,
-                                          SPLIT_MODE[options.task])
+    fraction = effective_fraction(int(keep.sum()), options.validation_fraction, options.min_validation)
+    in_validation[keep] = validation_mask(keys[keep], fraction, options.seed, SPLIT_MODE[options.task])
     return first, conflicting, in_validation
 
 
