@@ -95,12 +95,15 @@ def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *,
 
 
 def claim(db: Database, worker_id: str, now: Optional[dt.datetime] = None,
-          only: Optional[Iterable[int]] = None) -> Optional[ClaimedRun]:
-    """Atomically take the best queued run for ``worker_id`` (among ``only`` when given), or None."""
+          only: Optional[Iterable[int]] = None, kinds: Optional[Iterable[str]] = None) -> Optional[ClaimedRun]:
+    """Atomically take the best queued run for ``worker_id`` (among ``only`` when given, of one of ``kinds``
+    when given: the short-job lane's claim), or None."""
     now = now or utcnow()
     pick = select(Run.id).where(Run.status == QUEUED)
     if only is not None:
         pick = pick.where(Run.id.in_(list(only)))
+    if kinds is not None:
+        pick = pick.where(Run.kind.in_(list(kinds)))
     pick = pick.order_by(Run.priority.desc(), Run.id).limit(1)
     if not db.is_sqlite:
         # Concurrent claimers skip the row another transaction holds instead of waiting for it.
@@ -238,13 +241,15 @@ def requeue(db: Database, run_id: int) -> None:
         raise NotFound(f"run {run_id} changed while it was being retried; try again")
 
 
-def register_worker(db: Database, worker_id: str, max_jobs: int, gpus: str, now: Optional[dt.datetime] = None) -> None:
+def register_worker(db: Database, worker_id: str, max_jobs: int, gpus: str, now: Optional[dt.datetime] = None,
+                    short_jobs: int = 0) -> None:
+    """Record a live worker: its slots (``max_jobs``, and ``short_jobs`` in its short-job lane) and GPUs."""
     now = now or utcnow()
     with db.session() as session:
         # Workers killed without unregistering leave a row behind; forget those silent for a day.
         session.execute(delete(Worker).where(Worker.heartbeat_at < now - dt.timedelta(days=1)))
         session.merge(Worker(id=worker_id, hostname=socket.gethostname(), pid=os.getpid(), max_jobs=max_jobs,
-                             gpus=gpus, started_at=now, heartbeat_at=now))
+                             short_jobs=short_jobs, gpus=gpus, started_at=now, heartbeat_at=now))
 
 
 def worker_heartbeat(db: Database, worker_id: str, now: Optional[dt.datetime] = None) -> None:

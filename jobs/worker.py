@@ -1,5 +1,9 @@
 """The worker: claims runs from the queue and supervises one subprocess per run.
 
+Besides its ``max_jobs`` slots a worker has a short-job lane (``short_jobs`` slots, WORKBENCH_SHORT_JOBS):
+prediction, evaluation and export jobs claimed there run beside a training run instead of waiting hours
+behind it. A lane job is an ordinary run to everything else here (heartbeat, cancel, lease, resume).
+
 ``Worker.loop_once(now)`` is exactly one iteration — reap finished children,
 heartbeat, enforce the cancel timeout, take over expired leases, claim up to
 the free slots, launch — so tests drive it without sleeping. ``run_forever``
@@ -28,7 +32,7 @@ from jobs.spec import RunSpec
 from jobs.sweeps import SweepDriver
 from jobs.states import ACTIVE
 from storage.context import Workbench
-from storage.models import CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, Run, utcnow
+from storage.models import CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, SHORT_KINDS, Run, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ class Slot:
     job: Launch
     handle: Handle
     cancel_seen_at: Optional[dt.datetime] = None
+    short: bool = False  # claimed into the short-job lane, not one of the max_jobs slots
 
 
 def detect_gpus(device: str = "auto") -> list[int]:
@@ -66,10 +71,11 @@ class Worker:
     def __init__(self, wb: Workbench, runner: Optional[Runner] = None, max_jobs: Optional[int] = None,
                  gpus: Optional[Sequence[int]] = None, *, worker_id: Optional[str] = None,
                  max_attempts: Optional[int] = None, only_runs: Optional[Sequence[int]] = None,
-                 procs: Optional[int] = None):
+                 procs: Optional[int] = None, short_jobs: Optional[int] = None):
         self.wb = wb
         self.runner = runner or SubprocessRunner()
         self.max_jobs = max_jobs or wb.settings.max_jobs
+        self.short_jobs = wb.settings.short_jobs if short_jobs is None else short_jobs
         self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
         self.worker_id = worker_id or queue.new_worker_id()
         self.max_attempts = max_attempts or wb.settings.max_attempts
@@ -131,7 +137,8 @@ class Worker:
         if self._last_heartbeat is not None and now - self._last_heartbeat < interval:
             return
         if not self._registered:
-            queue.register_worker(self.wb.db, self.worker_id, self.max_jobs, ",".join(map(str, self.gpus)), now)
+            queue.register_worker(self.wb.db, self.worker_id, self.max_jobs, ",".join(map(str, self.gpus)), now,
+                                  short_jobs=self.short_jobs)
             self._registered = True
         else:
             queue.worker_heartbeat(self.wb.db, self.worker_id, now)
@@ -164,9 +171,20 @@ class Worker:
         busy = {g for slot in self.slots.values() for g in slot.job.gpus}
         return [g for g in self.gpus if g not in busy]
 
+    def _in_lane(self, short: bool) -> int:
+        return sum(1 for slot in self.slots.values() if slot.short == short)
+
     def _claim_and_launch(self, now: dt.datetime) -> int:
         launched = 0
-        while len(self.slots) < self.max_jobs and (not self.gpus or self._free_gpus()):
+        # The lane first: a short job that finds it free leaves the main slots to training runs. Each claim is
+        # queue.claim's one conditional UPDATE; the lane's claim only narrows it to the short kinds.
+        while self._in_lane(True) < self.short_jobs:
+            claimed = queue.claim(self.wb.db, self.worker_id, now, self.only_runs, kinds=SHORT_KINDS)
+            if claimed is None:
+                break
+            self._launch(claimed, now, short=True)
+            launched += 1
+        while self._in_lane(False) < self.max_jobs and (not self.gpus or self._free_gpus()):
             claimed = queue.claim(self.wb.db, self.worker_id, now, self.only_runs)
             if claimed is None:
                 break
@@ -174,11 +192,12 @@ class Worker:
             launched += 1
         return launched
 
-    def _launch(self, claimed: queue.ClaimedRun, now: dt.datetime) -> None:
+    def _launch(self, claimed: queue.ClaimedRun, now: dt.datetime, short: bool = False) -> None:
         free = self._free_gpus()
         # A prediction or evaluation job is one process on one device: it has no data-parallel variant.
         wanted = max(1, int(claimed.spec.get("gpus") or 1)) if claimed.kind == KIND_TRAIN else 1
-        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in docs/runs-and-queue.md, "GPUs").
+        # A run gets the GPUs it asked for when free; fewer when others are busy (documented in docs/runs-and-queue.md,
+        # "GPUs"); a lane job finding none free runs on the CPU.
         try:
             gpus = tuple(free[:wanted])
             job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,
@@ -190,7 +209,7 @@ class Worker:
             queue.finish(self.wb.db, claimed.id, claimed.attempt, FAILED, finished_at=now,
                          error=f"the training process could not start: {exc}")
             return
-        self.slots[claimed.id] = Slot(job, handle)
+        self.slots[claimed.id] = Slot(job, handle, short=short)
         queue.set_launched(self.wb.db, claimed.id, claimed.attempt, handle.pid, job.device)
 
     def _cpu_procs(self, claimed: queue.ClaimedRun) -> int:
@@ -204,7 +223,8 @@ class Worker:
         """Loop until ``stop`` is set, sleeping longer while the queue stays empty."""
         stop = stop or threading.Event()
         idle_sleep = BUSY_POLL_S
-        log.info("worker %s: up to %d job(s) at once, GPUs: %s", self.worker_id, self.max_jobs,
+        log.info("worker %s: up to %d job(s) at once and %d short job(s) beside them, GPUs: %s", self.worker_id,
+                 self.max_jobs, self.short_jobs,
                  ",".join(map(str, self.gpus)) or f"none (CPU, {self.procs} process(es) per run)")
         try:
             while not stop.is_set():

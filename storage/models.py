@@ -42,6 +42,9 @@ SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED
 # cancel and crash resume.
 KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT = "train", "predict", "evaluate", "export"
 RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
+# The kinds a worker's short-job lane takes beside its training runs (jobs.worker, docs/runs-and-queue.md):
+# minutes where a training run takes hours, and none of them has a time estimate to sort by instead.
+SHORT_KINDS = (KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
 
 
 class Dataset(Base):
@@ -206,6 +209,8 @@ class Worker(Base):
     hostname: Mapped[str] = mapped_column(String(200), default="")
     pid: Mapped[int] = mapped_column(Integer, default=0)
     max_jobs: Mapped[int] = mapped_column(Integer, default=1)
+    # Slots of its short-job lane (WORKBENCH_SHORT_JOBS), beside ``max_jobs``; 0 for workers older than the lane.
+    short_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default="0", nullable=False)
     gpus: Mapped[str] = mapped_column(String(200), default="")
     started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)

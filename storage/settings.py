@@ -69,6 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
             "of a file with one `user:password` per line. Empty means no login. Playgrounds have their own tokens."),
     Setting("device", "auto", "Where training runs: `auto` (GPU when present, else CPU), `cpu`, `cuda` or `cuda:N`."),
     Setting("max_jobs", 1, "Most runs one worker executes at the same time.", int),
+    Setting("short_jobs", 1, "Prediction, evaluation and export jobs one worker runs beside its `WORKBENCH_MAX_JOBS` "
+            "runs (its short-job lane), so that they do not wait behind a long training run; each shares the CPU "
+            "with the training beside it. 0 turns the lane off: every job waits its turn.", int),
     Setting("cpu_procs", 1, "Data-parallel training processes per run on a worker without GPUs (DDP with the gloo "
             "backend; `workbench worker --procs N`). A run spec's `procs` overrides it. Each process gets "
             "cores/N threads.", int),
@@ -117,6 +120,7 @@ class Settings:
     auth: str
     device: str
     max_jobs: int
+    short_jobs: int
     cpu_procs: int
     max_upload_mb: int
     heartbeat_seconds: float
@@ -155,7 +159,7 @@ class Settings:
         for name in ("max_jobs", "max_attempts", "cpu_procs", "playground_concurrency", "playground_max_tokens"):
             if values[name] < 1:
                 raise ConfigError(f"{_BY_NAME[name].env} must be at least 1")
-        for name in ("playground_queue", "playground_rate_limit", "playground_max_in_flight",
+        for name in ("short_jobs", "playground_queue", "playground_rate_limit", "playground_max_in_flight",
                      "playground_token_budget"):
             if values[name] < 0:
                 raise ConfigError(f"{_BY_NAME[name].env} must be 0 or more")

@@ -194,8 +194,8 @@ def test_auto_keeps_the_raw_scores_when_the_validation_split_cannot_pin_the_temp
     from jobs.tasks.classification import calibrate
 
     # every example right with a small margin: the NLL falls as T -> 0, the fit ends at the bound
-    logits = np.array([[0.1, 0.0], [0.0, 0.1], [0.2, 0.0], [0.0, 0.05]] * 4)
-    labels = np.array([0, 1, 0, 1] * 4)
+    logits = np.array([[0.1, 0.0], [0.0, 0.1], [0.2, 0.0], [0.0, 0.05]] * 25)  # 100: enough to fit on
+    labels = np.array([0, 1, 0, 1] * 25)
     metrics, tables = calibrate(logits, labels, ["a", "b"], False, "auto")
     assert metrics["temperature"] == pytest.approx(calibration.T_LOW, rel=0.01)
     assert metrics["ece_calibrated"] < metrics["ece"]  # it would lower the ECE here ...
@@ -209,10 +209,40 @@ def test_auto_keeps_the_raw_scores_when_every_validation_example_is_right(monkey
     from jobs.tasks.classification import calibrate
 
     monkeypatch.setattr(calibration, "fit_temperature", lambda *a, **k: 0.12)
-    logits = np.array([[4.0, 0.0], [0.0, 3.0], [2.0, 0.0], [0.0, 5.0]] * 4)
-    labels = np.array([0, 1, 0, 1] * 4)
+    logits = np.array([[4.0, 0.0], [0.0, 3.0], [2.0, 0.0], [0.0, 5.0]] * 25)
+    labels = np.array([0, 1, 0, 1] * 25)
     metrics, tables = calibrate(logits, labels, ["a", "b"], False, "auto")
     assert metrics["ece_calibrated"] < metrics["ece"] and tables["calibration"]["model"]["applied"] is False
-    multi = calibrate(np.array([[3.0, -2.0], [-1.0, 4.0]] * 4), np.array([[1, 0], [0, 1]] * 4), ["a", "b"], True,
+    multi = calibrate(np.array([[3.0, -2.0], [-1.0, 4.0]] * 50), np.array([[1, 0], [0, 1]] * 50), ["a", "b"], True,
                       "auto")
     assert multi[1]["calibration"]["model"]["applied"] is False
+
+
+def test_auto_fits_no_temperature_on_a_split_too_small_to_support_it(tmp_path):
+    """Issue 39: a T fitted on 40 validation examples squeezed every served score into 0.50-0.72. Below
+    MIN_CALIBRATION_EXAMPLES "auto" fits none, says so, and the model serves its raw scores."""
+    import json
+
+    from jobs.inference import CALIBRATION_FILE, load_calibration
+    from jobs.tasks.classification import calibrate
+    from workbench.ui import format as fmt
+
+    names = ["a", "b", "c", "d"]
+    logits, labels = synthetic(2.5, n=40)  # over-confident: a fit would lower the ECE, and be applied
+    metrics, tables = calibrate(logits, labels, names, False, "auto")
+    assert "temperature" not in metrics and metrics["calibration_examples"] == 40
+    assert metrics["ece_calibrated"] == metrics["ece"]
+    saved = tables["calibration"]["model"]
+    assert saved["applied"] is False and saved["temperature"] == 1.0
+    assert saved["not_fitted"].startswith("not fitted: 40 validation examples, fewer than the 100")
+    assert tables["calibration"]["bins_calibrated"] == []
+    header = fmt.calibration_note_html(metrics)
+    assert "Calibration not fitted: 40 validation examples" in header and "raw scores are served" in header
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps(saved))  # what the model folder keeps: served raw
+    assert (load_calibration(tmp_path).temperature, load_calibration(tmp_path).calibrated) == (1.0, False)
+    # "on" is the user's explicit choice: still fitted; and 100 examples are enough for "auto"
+    assert calibrate(logits, labels, names, False, "on")[1]["calibration"]["model"]["applied"] is True
+    logits, labels = synthetic(2.5, n=calibration.MIN_CALIBRATION_EXAMPLES)
+    metrics, tables = calibrate(logits, labels, names, False, "auto")
+    assert "temperature" in metrics and "not_fitted" not in tables["calibration"]["model"]
+    assert fmt.calibration_note_html(metrics) == ""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from storage.datasets.split import validation_mask
+from storage.datasets.split import validation_mask, validation_size
 from storage.models import Dataset
 from tests.conftest import DATA_DIR
 from workbench.errors import DataValidationError, NotFound
@@ -90,6 +90,29 @@ def test_split_is_stratified_and_reproducible(wb, settings):
     for label, count in a.labels.items():
         in_validation = sum(r["label"] == label for r in valid_a)
         assert in_validation == max(1, round(count * 0.25)) if count >= 2 else in_validation == 0
+
+
+def test_small_sets_hold_out_enough_validation_examples_to_decide():
+    """Issue 39: 10 % of 400 examples left 40 to choose a checkpoint, draw an interval and calibrate on. A split
+    holds out 100 examples, or a quarter of the data when that is fewer; 32 examples still train on 24."""
+    assert [validation_size(n, 0.1) for n in (2, 8, 32, 100, 400, 1000, 5000)] == [1, 2, 8, 25, 100, 100, 500]
+    assert validation_size(400, 0.3) == 120 and validation_size(400, 0.0) == 0 and validation_size(1, 0.1) == 0
+    assert validation_size(400, 0.1, floor=0) == 40  # the old rule, without the floor
+    from jobs.engine import _split_validation
+
+    records = [{"text": f"example {i}", "label": "ab"[i % 2]} for i in range(400)]
+    train, validation = _split_validation(records, seed=0)
+    assert (len(train), len(validation)) == (300, 100)
+    assert [len(part) for part in _split_validation(records[:32], seed=0)] == [24, 8]
+
+
+def test_an_import_of_400_examples_holds_out_100(wb, tmp_path):
+    path = tmp_path / "small.csv"
+    path.write_text("text,label\n" + "".join(f"review number {i},{'pos' if i % 2 else 'neg'}\n" for i in range(400)))
+    summary = service.import_dataset(wb, path, "text-classification", tokenizer=False)
+    assert (summary.train, summary.validation) == (300, 100)
+    valid = rows(service.dataset_files(wb, summary.id)[1])
+    assert sum(r["label"] == "pos" for r in valid) == 50  # still stratified
 
 
 def test_split_modes_pure():

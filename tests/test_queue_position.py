@@ -13,18 +13,18 @@ from workbench.ui import runs_tab
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0)
 
 
-def _run(wb, status: str, seconds: float | None = None, priority: int = 0, **values) -> int:
+def _run(wb, status: str, seconds: float | None = None, priority: int = 0, kind: str = "train", **values) -> int:
     estimate = {"seconds": seconds, "low": seconds * 0.8, "high": seconds * 1.2} if seconds is not None else None
     with wb.db.session() as session:
         run = Run(name=f"{status} run", task="text-classification", model="fake:succeed", status=status, spec={},
-                  estimate=estimate, priority=priority, **values)
+                  estimate=estimate, priority=priority, kind=kind, **values)
         session.add(run)
         session.flush()
         return run.id
 
 
-def _worker(wb, name: str = "w1", max_jobs: int = 1) -> None:
-    queue.register_worker(wb.db, name, max_jobs, "", NOW)
+def _worker(wb, name: str = "w1", max_jobs: int = 1, short_jobs: int = 0) -> None:
+    queue.register_worker(wb.db, name, max_jobs, "", NOW, short_jobs=short_jobs)
 
 
 def test_queued_runs_wait_in_claim_order_behind_the_running_one(wb):
@@ -38,7 +38,7 @@ def test_queued_runs_wait_in_claim_order_behind_the_running_one(wb):
     assert [found[r]["position"] for r in (urgent, first, second)] == [1, 2, 3]
     # the running run's live ETA (600 s), not its estimate less the time it ran (900 - 300 s)
     assert found[urgent] == {"position": 1, "ahead": [running], "after": running, "expected_start_seconds": 600.0,
-                             "workers": 1, "unknown": None}
+                             "workers": 1, "unknown": None, "lane": "main"}
     assert found[first]["ahead"] == [running, urgent] and found[first]["expected_start_seconds"] == 660.0
     assert found[second]["after"] == first and found[second]["expected_start_seconds"] == 960.0
     assert fmt.queued_status(found[first]) == "◷ queued · 2nd in line · starts after run 4, in about 11 min"
@@ -87,7 +87,7 @@ def test_runs_show_json_has_the_queue(wb, cli):
     code, out, _ = cli("runs", "show", str(waiting), "--json")
     assert code == 0
     assert json.loads(out)["queue"] == {"position": 1, "ahead": [], "after": None, "expected_start_seconds": 0.0,
-                                        "workers": 1, "unknown": None}
+                                        "workers": 1, "unknown": None, "lane": "main"}
     code, out, _ = cli("runs", "show", str(waiting))
     assert "queue: 1st in line · starts as soon as a worker takes it" in out
 
@@ -115,3 +115,36 @@ def test_a_run_slower_than_estimated_says_so_in_the_table_and_on_its_page(wb):
     header = runs_tab.run_view(wb, slow).header
     assert "estimated 8m 00s – 12m 00s · running for 10m 0" in header
     assert "running slower than estimated: about 10 min left" in header
+
+
+def test_a_short_job_waits_for_the_lane_not_for_the_training_run(wb):
+    """Issue 39: with a short-job lane a prediction queued behind a 22-minute training run starts at once, and
+    the training runs queued behind it do not count it (it takes the lane, not their slot)."""
+    _worker(wb, short_jobs=1)
+    running = _run(wb, "running", 1800.0, started_at=NOW - dt.timedelta(minutes=8), eta_seconds=1320.0,
+                   phase="training")
+    training = _run(wb, "queued", 600.0)
+    predict = _run(wb, "queued", None, kind="predict")  # a prediction has no estimate
+    evaluate = _run(wb, "queued", None, kind="evaluate")
+    later = _run(wb, "queued", 300.0)
+    found = runs_service.queue_positions(wb, NOW)
+    assert found[predict] == {"position": 1, "ahead": [], "after": None, "expected_start_seconds": 0.0,
+                              "workers": 1, "unknown": None, "lane": "short"}
+    assert fmt.queue_text(found[predict]) == "1st in the short-job lane · starts as soon as a worker takes it"
+    # the second short job waits for the first, whose time nobody knows: said, not guessed
+    assert found[evaluate]["position"] == 2 and found[evaluate]["ahead"] == [predict]
+    assert found[evaluate]["expected_start_seconds"] is None
+    assert found[evaluate]["unknown"] == f"run {predict} has no time estimate"
+    assert found[training]["position"] == 1 and found[training]["expected_start_seconds"] == 1320.0
+    assert found[later]["position"] == 2 and found[later]["ahead"] == [running, training]
+    assert found[later]["expected_start_seconds"] == 1920.0
+    assert runs_service.start_if_queued_now(wb, NOW)["position"] == 3
+
+
+def test_without_a_lane_a_short_job_waits_its_turn(wb):
+    _worker(wb, short_jobs=0)  # WORKBENCH_SHORT_JOBS=0, or a worker older than the lane
+    running = _run(wb, "running", 1800.0, started_at=NOW, eta_seconds=1320.0, phase="training")
+    predict = _run(wb, "queued", None, kind="predict")
+    found = runs_service.queue_positions(wb, NOW)[predict]
+    assert (found["lane"], found["after"], found["expected_start_seconds"]) == ("main", running, 1320.0)
+    assert fmt.queue_text(found).startswith("1st in line · starts after run 1")

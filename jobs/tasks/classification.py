@@ -249,7 +249,9 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_la
     from jobs import calibration as cal
 
     logits, labels = np.asarray(logits, dtype=np.float64), np.asarray(labels)
-    temperature = cal.fit_temperature(logits, labels, multi_label)
+    # "auto" on a split too small to support a temperature fits none ("on" is the user's explicit choice)
+    too_few = cal.too_few_to_calibrate(len(labels)) if setting == "auto" else None
+    temperature = 1.0 if too_few else cal.fit_temperature(logits, labels, multi_label)
     before, after = cal.probabilities(logits, multi_label), cal.probabilities(logits, multi_label, temperature)
     ece, ece_calibrated = (cal.expected_calibration_error(p, labels, multi_label) for p in (before, after))
     # at a bound of the search the validation split does not pin T down: it separates the classes perfectly
@@ -258,17 +260,24 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_la
     # (SMS with 1,000 messages: 100 of 100 right, T = 0.12, ECE 0, then over-confident on the test set)
     right = (logits > 0) == labels.astype(bool) if multi_label else logits.argmax(axis=1) == labels
     pinned = cal.T_LOW * 1.01 < temperature < cal.T_HIGH / 1.01 and not bool(np.all(right))
-    applied = setting == "on" or (setting == "auto" and pinned and ece_calibrated < ece)
-    if setting == "auto" and not pinned:
+    applied = setting == "on" or (setting == "auto" and not too_few and pinned and ece_calibrated < ece)
+    if too_few:
+        log.info("temperature scaling %s", too_few)
+    elif setting == "auto" and not pinned:
         log.info("temperature scaling not applied: the validation split does not pin T down (fitted %.3g; "
                  "every prediction right, or T at the end of its range)", temperature)
     served = after if applied else before
     saved: dict = {"temperature": round(temperature, 6), "applied": applied}
-    metrics = {"ece": round(ece, 6), "ece_calibrated": round(ece_calibrated, 6), "temperature": round(temperature, 6)}
+    metrics = {"ece": round(ece, 6), "ece_calibrated": round(ece_calibrated, 6), "temperature": round(temperature, 6),
+               "calibration_examples": len(labels)}
+    if too_few:
+        del metrics["temperature"]  # none was fitted: the header says why (``calibration_examples``)
+        saved["not_fitted"] = too_few
     tables: dict = {"calibration": {"setting": setting, **saved, "ece": metrics["ece"],
                                     "ece_calibrated": metrics["ece_calibrated"],
                                     "bins": cal.reliability_bins(before, labels, multi_label),
-                                    "bins_calibrated": cal.reliability_bins(after, labels, multi_label)}}
+                                    "bins_calibrated": [] if too_few else cal.reliability_bins(after, labels,
+                                                                                               multi_label)}}
     if multi_label:
         thresholds, tuned_metrics, tables["per_class"] = multi_label_thresholds(served, labels.astype(int))
         saved["thresholds"] = dict(zip(names, thresholds))

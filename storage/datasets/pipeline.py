@@ -25,7 +25,7 @@ from storage.datasets.formats import check_format, check_task, detect_format
 from storage.datasets.problems import ProblemLog
 from storage.datasets.records import Record
 from storage.datasets.source import SourceInfo, open_text, read_head, scan
-from storage.datasets.split import validation_mask
+from storage.datasets.split import MIN_VALIDATION, effective_fraction, validation_mask
 from storage.datasets.stats import SAMPLE_SIZE, LabelStats, Reservoir, length_summary, load_tokenizer, token_lengths
 from storage.errors import ConfigError, DataValidationError, Problem
 
@@ -44,25 +44,30 @@ class ReadOptions:
     columns: ColumnMapping | None = None
     validation_fraction: float = 0.1
     seed: int = 13
+    # the fewest validation examples a split holds out, up to a quarter of the data (storage.datasets.split)
+    min_validation: int = MIN_VALIDATION
     # A test set is scored as given: its repeated rows are kept (and counted), where training data drops them
     keep_duplicates: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = {"task": self.task, "format": self.format or "auto",
                "columns": self.columns.to_dict() if self.columns else {},
-               "validation_fraction": self.validation_fraction, "seed": self.seed}
-        if self.keep_duplicates:  # only when set: the content address of every training upload stays as it was
+               "validation_fraction": self.validation_fraction, "min_validation": self.min_validation,
+               "seed": self.seed}
+        if self.keep_duplicates:  # only when set: the content address of a training upload does not carry it
             out["keep_duplicates"] = True
         return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "ReadOptions":
-        """The options a stored dataset was read with (``to_dict``'s form, kept in its ``stats``)."""
+        """The options a stored dataset was read with (``to_dict``'s form, kept in its ``stats``); a dataset
+        stored before the validation floor existed was split without one (``min_validation`` 0)."""
         columns = raw.get("columns") or {}
         fmt = raw.get("format")
         return cls(task=raw["task"], format=None if fmt in (None, "auto") else fmt,
                    columns=ColumnMapping(**columns) if columns else None,
                    validation_fraction=float(raw.get("validation_fraction", 0.1)), seed=int(raw.get("seed", 13)),
+                   min_validation=int(raw.get("min_validation", 0)),
                    keep_duplicates=bool(raw.get("keep_duplicates", False)))
 
 
@@ -222,8 +227,8 @@ def _plan(state: _Pass1, options: ReadOptions, boundary: int | None) -> tuple[np
         return first, conflicting, np.arange(len(keys)) >= boundary
     keep = first < 0
     in_validation = np.zeros(len(keys), dtype=bool)
-    in_validation[keep] = validation_mask(keys[keep], options.validation_fraction, options.seed,
-                                          SPLIT_MODE[options.task])
+    fraction = effective_fraction(int(keep.sum()), options.validation_fraction, options.min_validation)
+    in_validation[keep] = validation_mask(keys[keep], fraction, options.seed, SPLIT_MODE[options.task])
     if options.keep_duplicates:  # a kept copy goes where its first copy went: no text on both sides of the split
         copies = ~keep
         in_validation[copies] = in_validation[first[copies]]

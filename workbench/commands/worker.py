@@ -29,18 +29,23 @@ def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs
                                                         "Default: every visible GPU, else CPU."),
            procs: Optional[int] = typer.Option(None, "--procs",
                                                help="Training processes per run on the CPU (DDP, gloo; default "
-                                                    "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it.")) -> None:
+                                                    "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it."),
+           short_jobs: Optional[int] = typer.Option(None, "--short-jobs",
+                                                    help="Prediction, evaluation and export jobs run beside the "
+                                                         "runs (default WORKBENCH_SHORT_JOBS); 0: none.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
     from jobs.worker import Worker
     from storage.context import open_workbench
 
     if procs is not None and procs < 1:
         raise ConfigError(f"--procs {procs}: give at least 1 training process per run")
+    if short_jobs is not None and short_jobs < 0:
+        raise ConfigError(f"--short-jobs {short_jobs}: give 0 or more")
     wb = open_workbench()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        Worker(wb, max_jobs=max_jobs, gpus=parse_gpus(gpus), procs=procs).run_forever(stop)
+        Worker(wb, max_jobs=max_jobs, gpus=parse_gpus(gpus), procs=procs, short_jobs=short_jobs).run_forever(stop)
     except KeyboardInterrupt:
         pass
     finally:

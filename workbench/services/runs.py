@@ -27,8 +27,8 @@ from jobs.runner import PROCESS_LOG
 from jobs.spec import RunSpec
 from jobs.states import ACTIVE, TERMINAL
 from storage.context import Workbench
-from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SUCCEEDED, Dataset,
-                            MetricPoint, Run, Worker, utcnow)
+from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SHORT_KINDS, SUCCEEDED,
+                            Dataset, MetricPoint, Run, Worker, utcnow)
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 from workbench.services import exports as exports_service
 from workbench.services.predictions import forget_input
@@ -324,61 +324,89 @@ def wait_for_run(wb: Workbench, run_id: int, timeout: Optional[float] = None, po
 
 def queue_positions(wb: Workbench, now: Optional[dt.datetime] = None) -> dict[int, dict[str, Any]]:
     """Where each queued run stands: ``{run_id: {"position", "ahead", "after", "expected_start_seconds",
-    "workers", "unknown"}}``.
+    "workers", "unknown", "lane"}}``.
 
-    ``position`` counts from 1 in the order workers claim runs (``jobs.queue.claim``: priority, then id);
-    ``ahead`` lists the running and queued runs before it. The expected start plays the queue forward on
-    the live workers' slots: a running run frees its slot after its live ETA (or its estimate less the
-    time it has run), a queued one holds a slot for its estimate; ``after`` is the run whose end frees the
-    slot this one takes. With no live worker, or a run ahead of it with no time at all, the start is None
-    and ``unknown`` says why, rather than a made-up figure.
+    ``lane`` is "short" for a prediction, evaluation or export job while live workers have a short-job lane
+    (``jobs.worker``), else "main". ``position`` counts from 1 in the order workers claim runs
+    (``jobs.queue.claim``: priority, then id) among the runs of its lane; ``ahead`` lists the running and
+    queued runs before it there. The expected start plays the queue forward on the live workers' slots: a
+    running run frees its slot after its live ETA (or its estimate less the time it has run), a queued one
+    holds a slot for its estimate; a short job takes a lane slot or a main one, whichever frees first (the
+    lane on a tie, as the worker claims it first, and while the lane's time is unknown); ``after`` is the run whose end frees the slot this one
+    takes. With no live worker, or a run ahead of it with no time at all, the start is None and ``unknown``
+    says why, rather than a made-up figure.
     """
     return _play_queue(wb, now or utcnow())[0]
 
 
 def start_if_queued_now(wb: Workbench, now: Optional[dt.datetime] = None) -> dict[str, Any]:
-    """Where a run submitted now (priority 0) would stand: the same keys as one of ``queue_positions``."""
+    """Where a training run submitted now (priority 0) would stand: the same keys as one of ``queue_positions``."""
     return _play_queue(wb, now or utcnow())[1]
 
 
+class _Line:
+    """One lane while the queue is played forward: its slots as a heap of (time the slot frees, the run
+    that frees it, why that time is unknown), and the runs ahead of whoever joins it next."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.slots: list[tuple[float, int, Optional[str]]] = []
+        self.ahead: list[int] = []
+        self.waiting = 0  # queued runs among ``ahead``
+
+    def top(self) -> Optional[tuple[float, int, Optional[str]]]:
+        return self.slots[0] if self.slots else None
+
+
 def _play_queue(wb: Workbench, now: dt.datetime) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """``queue_positions``, and the place of a run submitted now (after the queued runs of priority 0 or more)."""
-    workers = worker_slots(wb, now)
+    """``queue_positions``, and the place of a training run submitted now (after the queued runs of priority 0
+    or more)."""
+    workers, lane = worker_slots(wb, now), lane_slots(wb, now)
     with wb.db.session() as session:
         active = session.execute(select(Run.id, Run.status, Run.eta_seconds, Run.phase, Run.estimate,
-                                        Run.started_at).where(Run.status.in_((RUNNING, CANCELLING)))
+                                        Run.started_at, Run.kind).where(Run.status.in_((RUNNING, CANCELLING)))
                                  .order_by(Run.started_at, Run.id)).all()
-        queued = session.execute(select(Run.id, Run.estimate, Run.priority).where(Run.status == QUEUED)
+        queued = session.execute(select(Run.id, Run.estimate, Run.priority, Run.kind).where(Run.status == QUEUED)
                                  .order_by(Run.priority.desc(), Run.id)).all()
-    # (time the slot frees, the run that frees it, why that time is unknown)
-    slots: list[tuple[float, int, Optional[str]]] = []
+    main, short = _Line("main"), _Line("short")
     for run in active:
         left = _time_left(run, now)
-        slots.append((left if left is not None else float("inf"), run.id,
-                      None if left is not None else f"run {run.id} has no time estimate"))
-    slots += [(0.0, 0, None)] * max(0, workers - len(active))
-    heapq.heapify(slots)
-    found, ahead, new = {}, [run.id for run in active], None
-    for position, run in enumerate(queued, start=1):
+        # a running short job is counted in the lane while it has room: the worker fills the lane first
+        line = short if run.kind in SHORT_KINDS and len(short.slots) < lane else main
+        line.slots.append((left if left is not None else float("inf"), run.id,
+                           None if left is not None else f"run {run.id} has no time estimate"))
+        line.ahead.append(run.id)
+    for line, capacity in ((main, workers), (short, lane)):
+        line.slots += [(0.0, 0, None)] * max(0, capacity - len(line.slots))
+        heapq.heapify(line.slots)
+    found, new = {}, None
+    for run in queued:
         if new is None and (run.priority or 0) < 0:
-            new = _place(slots[0] if slots else None, position, ahead, workers)
-        free_at, after, unknown = heapq.heappop(slots) if slots else (float("inf"), 0, None)
-        found[run.id] = _place((free_at, after, unknown), position, ahead, workers)
-        known = found[run.id]["expected_start_seconds"] is not None
-        unknown = found[run.id]["unknown"]
+            new = _place(main.top(), main.waiting + 1, main.ahead, workers, main.name)
+        line = short if lane and run.kind in SHORT_KINDS else main
+        pool = main
+        # A lane whose next free time is unknown (a short job has no estimate) is said to be unknown: the
+        # main slots' time would be a bound many times too long, since the job ahead in the lane is short.
+        if line is short and short.slots and (not main.slots or short.slots[0][0] <= main.slots[0][0]
+                                              or short.slots[0][0] == float("inf")):
+            pool = short
+        free_at, after, unknown = heapq.heappop(pool.slots) if pool.slots else (float("inf"), 0, None)
+        found[run.id] = place = _place((free_at, after, unknown), line.waiting + 1, line.ahead, workers, line.name)
         seconds = (run.estimate or {}).get("seconds")
-        if not known:
-            heapq.heappush(slots, (float("inf"), run.id, unknown))
+        if place["expected_start_seconds"] is None:
+            heapq.heappush(pool.slots, (float("inf"), run.id, place["unknown"]))
         elif seconds is None:
-            heapq.heappush(slots, (float("inf"), run.id, f"run {run.id} has no time estimate"))
+            heapq.heappush(pool.slots, (float("inf"), run.id, f"run {run.id} has no time estimate"))
         else:
-            heapq.heappush(slots, (free_at + float(seconds), run.id, None))
-        ahead.append(run.id)
-    return found, new or _place(slots[0] if slots else None, len(queued) + 1, ahead, workers)
+            heapq.heappush(pool.slots, (free_at + float(seconds), run.id, None))
+        for joined in {id(line): line, id(pool): pool}.values():
+            joined.ahead.append(run.id)
+            joined.waiting += 1
+    return found, new or _place(main.top(), main.waiting + 1, main.ahead, workers, main.name)
 
 
 def _place(slot: Optional[tuple[float, int, Optional[str]]], position: int, ahead: list[int],
-           workers: int) -> dict[str, Any]:
+           workers: int, lane: str) -> dict[str, Any]:
     """One place in the queue, taking the earliest free ``slot`` (free at, freed by, why unknown)."""
     free_at, after, unknown = slot or (float("inf"), 0, None)
     if not workers:
@@ -386,14 +414,23 @@ def _place(slot: Optional[tuple[float, int, Optional[str]]], position: int, ahea
     known = unknown is None and free_at != float("inf")
     return {"position": position, "ahead": list(ahead), "after": after or None,
             "expected_start_seconds": round(free_at, 1) if known else None, "workers": workers,
-            "unknown": None if known else unknown}
+            "unknown": None if known else unknown, "lane": lane}
 
 
 def worker_slots(wb: Workbench, now: Optional[dt.datetime] = None) -> int:
     """How many runs the live workers (heard from in the last three heartbeats) execute at once."""
+    return _live_sum(wb, Worker.max_jobs, now)
+
+
+def lane_slots(wb: Workbench, now: Optional[dt.datetime] = None) -> int:
+    """How many short jobs the live workers run in their short-job lanes, beside ``worker_slots``."""
+    return _live_sum(wb, Worker.short_jobs, now)
+
+
+def _live_sum(wb: Workbench, column: Any, now: Optional[dt.datetime]) -> int:
     recent = (now or utcnow()) - dt.timedelta(seconds=max(15.0, 3 * wb.settings.heartbeat_seconds))
     with wb.db.session() as session:
-        return int(session.scalar(select(func.coalesce(func.sum(Worker.max_jobs), 0))
+        return int(session.scalar(select(func.coalesce(func.sum(column), 0))
                                   .where(Worker.heartbeat_at >= recent)) or 0)
 
 

@@ -13,6 +13,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from jobs import baselines
+from jobs.calibration import too_few_to_calibrate
 from jobs.spec import HEADLINE_METRICS
 
 ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
@@ -125,6 +126,17 @@ def metric_cell(task: str, metrics: Mapping[str, Any] | None) -> str:
         return text
     mark = "⚠ " if baselines.status(metrics) in (baselines.DID_NOT_LEARN, baselines.BELOW_BASELINE) else ""
     return f"{mark}{text} (baseline {best:.3f})"
+
+
+def calibration_note_html(metrics: Mapping[str, Any] | None) -> str:
+    """The run header's line when its validation split was too small to fit a temperature on (``jobs.calibration.
+    too_few_to_calibrate``): the playground and predictions then serve the model's raw scores; "" otherwise."""
+    metrics = metrics or {}
+    count = metrics.get("calibration_examples")
+    if not isinstance(count, (int, float)) or "temperature" in metrics:
+        return ""
+    reason = too_few_to_calibrate(int(count))
+    return f"<p class='wb-muted' id='run-calibration'>Calibration {html.escape(reason)}.</p>" if reason else ""
 
 
 def baseline_html(metrics: Mapping[str, Any] | None) -> str:
@@ -604,10 +616,12 @@ def ordinal(number: int) -> str:
 
 def queue_text(queue: Mapping[str, Any] | None) -> str:
     """Where a queued run stands (``workbench.services.runs.queue_positions``):
-    ``2nd in line · starts after run 1, in about 10 min``; "" without a position."""
+    ``2nd in line · starts after run 1, in about 10 min``, ``1st in the short-job lane · …`` for a job that
+    runs beside the training runs; "" without a position."""
     if not queue:
         return ""
-    line = f"{ordinal(int(queue['position']))} in line"
+    where = "the short-job lane" if queue.get("lane") == "short" else "line"
+    line = f"{ordinal(int(queue['position']))} in {where}"
     start = queue.get("expected_start_seconds")
     if queue.get("unknown") == "no worker is running":
         return f"{line} · no worker is running (start one: workbench worker)"

@@ -449,8 +449,9 @@ def reliability_svg(calibration: Mapping[str, Any] | None) -> str:
         temperature = _num(float(calibration.get("temperature", 1.0)))
         series.append((f"T = {temperature} (ECE {_num(float(calibration.get('ece_calibrated', 0.0)))})",
                        points(calibration["bins_calibrated"])))
-    return _unit_square_svg(title + (" — temperature applied" if calibration.get("applied") else ""), series,
-                            "confidence", "accuracy", diagonal=True)
+    note = " — temperature applied" if calibration.get("applied") else (
+        " — temperature not fitted: too few validation examples" if calibration.get("not_fitted") else "")
+    return _unit_square_svg(title + note, series, "confidence", "accuracy", diagonal=True)
 
 
 def pr_curve_svg(precision_recall: Mapping[str, Any] | None) -> str:

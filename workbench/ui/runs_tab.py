@@ -155,6 +155,7 @@ def run_header(run: dict[str, Any]) -> str:
         body += f"<p class='wb-muted' id='run-seed-group'>{fmt.html.escape(fmt.seed_group_text(run['group']))}</p>"
     body += score_html(run)
     body += fmt.baseline_html(run.get("metrics"))
+    body += fmt.calibration_note_html(run.get("metrics"))
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
