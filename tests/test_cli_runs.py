@@ -172,6 +172,30 @@ def test_an_id_that_cannot_exist_is_not_found_in_one_line(cli, command, value):
     assert err == f"error: {kind} {value!r} does not exist: {kind} ids are whole numbers from 1 to {2**63 - 1}\n"
 
 
+@pytest.mark.parametrize("argv", [*(command + ("-1",) for command in ID_COMMANDS), ("runs", "compare", "-1", "1"),
+                                  ("runs", "compare", "1", "-12"), ("runs", "show", "--json", "-1")], ids=" ".join)
+def test_a_negative_id_without_a_double_dash_is_not_found_too(cli, argv):
+    """``-1`` looks like an option to click (a usage error, exit 2); the contract says exit 3, as for ``0``."""
+    code, out, err = cli(*argv)
+    value = next(arg for arg in argv if arg[1:].isdigit())
+    kind = "audit" if "audit-show" in argv else "sweep" if argv[0] == "sweep" else "run"
+    assert (code, out) == (3, ""), err
+    assert err == f"error: {kind} {value!r} does not exist: {kind} ids are whole numbers from 1 to {2**63 - 1}\n"
+
+
+def test_an_unknown_option_is_still_a_usage_error_where_ids_are_taken(cli):
+    code, _, err = cli("runs", "compare", "1", "2", "--jsn")
+    assert code == 2 and "No such option: --jsn" in err
+
+
+@pytest.mark.parametrize("argv", [("runs", "compare", "1", "1"), ("runs", "compare", "3", "2", "3")], ids=" ".join)
+def test_a_run_compared_with_itself_is_refused(cli, argv):
+    """Not "no detectable difference" (true by construction, and read as a finding): an input mistake."""
+    code, out, err = cli(*argv)
+    assert (code, out) == (2, ""), out
+    assert err.startswith(f"error: run {argv[-1]} is named twice: a run cannot be compared with itself"), err
+
+
 def test_the_largest_id_is_looked_up(cli):
     code, _, err = cli("runs", "show", "9223372036854775807")
     assert code == 3 and err.startswith("error: run 9223372036854775807 does not exist;")

@@ -93,6 +93,27 @@ def test_each_task_exports_with_fp32_parity_an_int8_variant_and_a_speed_report(t
     assert fingerprint(run.run_dir / "model") == before  # the run's model is only read
 
 
+def test_an_export_reports_each_stage_as_rising_progress_under_a_named_phase(tmp_path, models):
+    """Stages done of all, as training reports steps (the Runs tab's bar and `runs show` read it): fp32 and int8
+    written, then for PyTorch and each variant its parity check and its timing."""
+    class PhaseAtProgress(RecordingReporter):
+        def progress(self, step, total_steps, epoch):
+            super().progress(step, total_steps, epoch)
+            self.at = [*getattr(self, "at", []), (step / total_steps, self.phases[-1][0])]
+
+    run = tiny_run(tmp_path, "text-classification", model_source=models("text-classification"))
+    reporter = PhaseAtProgress()
+    export(run, reporter)
+    assert {total for _, total, _ in reporter.steps} == {2 + 2 * 3}
+    fractions = [fraction for fraction, _ in reporter.at]
+    assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] == 1
+    assert len(set(fractions)) == 2 + 2 * 3 + 1  # every stage moves it
+    # the phase under way as each stage ends
+    assert [phase for _, phase in reporter.at] == [
+        "preparing", "exporting onnx-fp32", "quantizing onnx-int8", CHECKING_PARITY, "timing pytorch",
+        CHECKING_PARITY, "timing onnx-fp32", CHECKING_PARITY, "timing onnx-int8"]
+
+
 def test_a_setfit_model_exports_as_one_graph_returning_the_heads_logits(tmp_path, models):
     import torch
     from transformers import AutoTokenizer

@@ -265,7 +265,7 @@ def test_export_panel_shows_the_report_pytorch_first_and_enables_export_only_for
 # -- end to end ---------------------------------------------------------------------------------------------
 
 @pytest.mark.e2e
-def test_a_tiny_finished_run_is_really_exported_through_the_queue(wb, tmp_path):
+def test_a_tiny_finished_run_is_really_exported_through_the_queue(wb, tmp_path, monkeypatch):
     from tests.export_support import tiny_run
 
     tiny = tiny_run(tmp_path / "built", "text-classification")
@@ -278,7 +278,22 @@ def test_a_tiny_finished_run_is_really_exported_through_the_queue(wb, tmp_path):
     assert queue.finish(wb.db, run_id, claimed.attempt, SUCCEEDED)
 
     job_id = exports.queue_export(wb, run_id)
+    written: list[tuple[float, str]] = []  # the job's row after each write: what the Runs tab polls
+    flush = run_job.DbReporter.flush
+
+    def watched(self):
+        flush(self)
+        row = runs.get_run(wb, job_id)
+        written.append((row["progress"], row["phase"]))
+
+    monkeypatch.setattr(run_job.DbReporter, "flush", watched)
     assert run_export_job(wb, job_id, None) == run_job.EXIT_SUCCEEDED, runs.get_run(wb, job_id)["error"]
+    progress = [fraction for fraction, _ in written]
+    assert progress == sorted(progress) and progress[-1] == 1.0 and len(set(progress)) > 5, written
+    phases = {phase for _, phase in written}
+    assert {"exporting onnx-fp32", "quantizing onnx-int8", "checking parity", "timing onnx-int8"} <= phases, written
+    row = runs.get_run(wb, job_id)
+    assert row["step"] == row["total_steps"] == 8 and row["progress"] == 1.0
     job = exports.latest_export(wb, run_id)
     report = job["report"]
     assert [v["name"] for v in report["variants"]][:2] == ["onnx-fp32", "onnx-int8"]

@@ -48,7 +48,7 @@ def _until(condition, timeout=5.0):
 
 
 def test_slots_refuse_at_once_beyond_the_queue():
-    slots = ForwardSlots(concurrency=1, queue=1, max_wait_s=5)
+    slots = ForwardSlots(concurrency=1, queue=1, max_wait_s=60)
     release = threading.Event()
     threads = [_occupy(slots, release)]
     _until(lambda: slots.running == 1)
@@ -57,7 +57,8 @@ def test_slots_refuse_at_once_beyond_the_queue():
     started = time.monotonic()
     with pytest.raises(Busy, match="1 predictions are running and 1 waiting") as refused:
         slots.run(lambda: "never runs")
-    assert time.monotonic() - started < 0.5  # refused at once, not after a wait
+    # refused at once, not after max_wait_s (the bound leaves room for a thread switch on a loaded machine)
+    assert time.monotonic() - started < 10
     assert refused.value.retry_after >= 1
     release.set()
     for thread in threads:

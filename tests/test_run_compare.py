@@ -12,7 +12,7 @@ from jobs.tasks import classification, token_classification
 from jobs.tasks.common import Evaluation
 from storage.models import SUCCEEDED
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
-from workbench.errors import InvalidState
+from workbench.errors import ConfigError, InvalidState
 from workbench.services import comparisons, runs
 
 
@@ -115,8 +115,10 @@ def test_two_tiny_runs_get_intervals_and_compare(cli, wb, tmp_path):
     assert code == 4 and f"runs {a} and {elsewhere} were not evaluated on the same examples" in err
     code, _, err = cli("runs", "compare", str(a), str(b), "--metric", "entity_f1")
     assert code == 2 and "no per-example 'entity_f1'" in err
-    rows = comparisons.rank_runs(wb, [a, b, a])
-    assert sum(row["with_best"] for row in rows) >= 2  # a run is never distinguishable from itself
+    with pytest.raises(ConfigError, match=f"run {a} is named twice: a run cannot be compared with itself"):
+        comparisons.rank_runs(wb, [a, b, a])  # against itself a run is "not distinguishable" by construction
+    code, _, err = cli("runs", "compare", str(a), str(a))
+    assert code == 2 and "cannot be compared with itself" in err
 
     # an evaluation job of run A on its own validation file: the same examples, the same answers
     code, out, err = cli("evaluate", str(a), "--data", str(dev), "--wait", "--json")

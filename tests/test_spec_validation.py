@@ -151,7 +151,7 @@ def test_the_forms_valid_values_still_make_a_sweep(wb, dataset_id):
 def test_a_yaml_bomb_is_refused_at_its_first_alias_in_little_time_and_memory():
     text = "space:\n model:\n  choices:\n" + bomb(9).replace("  - ", "   - ")
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time, what a bomb would burn: the wall clock counts other work too
     try:
         with pytest.raises(ConfigError, match=r"bomb.yaml, line 5, column \d+: YAML aliases \(\*l0\) are not "
                                               r"allowed in a spec"):
@@ -159,7 +159,7 @@ def test_a_yaml_bomb_is_refused_at_its_first_alias_in_little_time_and_memory():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - started < 1.0 and peak < 2 * 2**20
+    assert time.process_time() - started < 1.0 and peak < 2 * 2**20
 
 
 def test_merge_keys_are_aliases_too():
@@ -173,14 +173,14 @@ def test_sweep_and_train_cli_refuse_a_bomb_file(cli, wb, tmp_path, dataset_id):
     sweep_file = tmp_path / "sweep.yaml"
     sweep_file.write_text(sweep_yaml(dataset_id, space="\n  model:\n    choices:\n"
                                      + bomb(9).replace("  - ", "      - ")))
-    started = time.perf_counter()
+    started = time.process_time()
     code, _, err = cli("sweep", "--config", str(sweep_file))
     assert code == 2 and f"error: {sweep_file}, line" in err and "YAML aliases (*l0) are not allowed" in err, err
     run_file = tmp_path / "run.yaml"
     run_file.write_text("task: text-classification\nname:\n" + bomb(9))
     code, _, err = cli("train", "--config", str(run_file), "--data", dataset_id)
     assert code == 2 and "YAML aliases (*l0) are not allowed" in err, err
-    assert time.perf_counter() - started < 20
+    assert time.process_time() - started < 20
     assert nothing_stored(wb)
 
 

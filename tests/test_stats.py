@@ -177,9 +177,9 @@ def test_runs_not_distinguishable_from_the_best():
 def test_ten_thousand_examples_resampled_a_thousand_times_is_quick():
     rng = np.random.default_rng(0)
     a, b = (rng.random(10_000) < 0.9).astype(float), (rng.random(10_000) < 0.91).astype(float)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the wall clock counts the other work on a shared machine
     stats.bootstrap_ci(accuracy_columns(a), stats.ratio)
     stats.paired_bootstrap(accuracy_columns(a), accuracy_columns(b), stats.ratio)
     gold = rng.integers(0, 5, 10_000)
     stats.bootstrap_ci(stats.class_counts(gold, np.where(rng.random(10_000) < 0.8, gold, 0), 5), stats.macro_f1)
-    assert time.perf_counter() - started < 10  # about 0.7 s on one busy core; loose for a shared machine
+    assert time.process_time() - started < 10  # about 0.7 s on one busy core

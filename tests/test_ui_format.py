@@ -248,3 +248,12 @@ def test_clean_log_collapses_redraws_a_line_reader_already_split():
         "epoch 1", "Training: 100%|███| 4/4", "{'eval_loss': 0.3}", "Evaluating: 100%|███| 2/2",
         "Training:  75%|██▎| 3/4", "saved", "", "kept blank line above"]
     assert fmt.clean_log("plain\nlines\n") == "plain\nlines\n"
+
+
+def test_an_export_in_progress_shows_its_phase_and_stages_not_rows():
+    from workbench.ui import export_panel
+
+    job = {"id": 9, "kind": "export", "status": "running", "phase": "checking parity", "phase_done": 24,
+           "phase_total": 36, "step": 3, "total_steps": 8, "progress": 0.375, "eta_seconds": None}
+    assert fmt.job_progress_text(job) == "checking parity 24/36 · stage 3 of 8"
+    assert export_panel.state_text(job).endswith("running · 38 % · checking parity 24/36")

@@ -8,15 +8,18 @@ from pathlib import Path
 from jobs.catalogue import packaged_model_path
 
 
-def tiny_bert(folder: Path) -> Path:
-    """A 2-layer BERT (hidden 32) with the packaged MiniLM tokenizer, saved like any local model."""
+def tiny_bert(folder: Path, **overrides) -> Path:
+    """A 2-layer BERT (hidden 32) with the packaged MiniLM tokenizer, saved like any local model.
+
+    ``overrides`` are BertConfig fields (``hidden_dropout_prob=0.0`` for a run that must be
+    reproducible across processes)."""
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
     if (folder / "config.json").is_file():
         return folder
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
+                        intermediate_size=64, max_position_embeddings=128, **overrides)
     BertForPreTraining(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import sys
 from typing import Any, Optional
 
@@ -50,6 +51,31 @@ def id_argument(kind: str, help: str = "") -> Any:
                           help=help or f"The {kind} id.")
 
 
+NEGATIVE_NUMBER = re.compile(r"-\d")  # no option of this CLI is a dash and a digit
+
+
+def negative_id(exc: Exception, argv: list[str]) -> Optional[NotFound]:
+    """The ``NotFound`` of ``runs show -1``'s id, or None.
+
+    Click reads ``-1`` as an unknown option, a usage error (exit 2); but where the command takes an id,
+    ``-1`` is an id that cannot exist, which the CLI contract answers with exit 3 as for ``0`` or ``abc``.
+    """
+    option = getattr(exc, "option_name", None) or ""
+    command = getattr(getattr(exc, "ctx", None), "command", None)
+    if not NEGATIVE_NUMBER.match(option) or command is None:
+        return None
+    token = next((arg for arg in argv if arg.startswith(option)), option)
+    for param in getattr(command, "params", ()):
+        info = getattr(getattr(param, "type_descriptor", None), "parameter_info", None)
+        parser = getattr(info, "parser", None)
+        if isinstance(parser, functools.partial) and parser.func is parse_id:
+            try:
+                parser(token)
+            except NotFound as found:
+                return found
+    return None
+
+
 def emit(payload: Any, as_json: bool, text: str | None = None) -> None:
     """Print ``payload`` as JSON, or ``text`` for people."""
     if as_json:
@@ -85,8 +111,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = exc.exit_code
     except (click.ClickException, typer.TyperException) as exc:
         # typer >= 0.29 raises its own copy of click's exceptions (an unknown option, a bad value), not click's.
-        exc.show()
-        code = exc.exit_code
+        not_found = negative_id(exc, list(sys.argv[1:] if argv is None else argv))
+        if not_found is not None:
+            code = report_error(not_found)
+        else:
+            exc.show()
+            code = exc.exit_code
     except (click.exceptions.Abort, typer.Abort):
         typer.echo("aborted", err=True)
         code = 130

@@ -32,7 +32,8 @@ from storage.errors import ConfigError, TrainingError
 
 log = logging.getLogger(__name__)
 
-EXPORTING = "exporting"
+WRITING_PHASES = {"onnx-fp32": "exporting onnx-fp32", "onnx-int8": "quantizing onnx-int8",
+                  "onnx-fp16": "converting onnx-fp16"}
 REPORT_FILE = "export.json"
 MIN_FP32_AGREEMENT = 0.999
 MAX_METRIC_DROP = 0.01  # one point of a metric scored 0..1
@@ -68,10 +69,11 @@ def run_export(spec: ExportSpec, model: ModelRef, run_spec: RunSpec, output_dir:
     for stale in (REPORT_FILE, *(f"{ONNX_DIR}/{name}" for name in VARIANT_FILES.values())):
         (output_dir / stale).unlink(missing_ok=True)  # an earlier attempt's files are not this one's
     records = validation_records(run_spec)
+    stages = Stages(reporter, variants)
     log.info("exporting run %s (%s, %s) as %s on %s; %d validation records", model.run_id, model.task, model_dir,
              ", ".join(variants), device, len(records))
 
-    write_variants(model_dir, model.task, onnx_dir, variants, reporter)
+    write_variants(model_dir, model.task, onnx_dir, variants, reporter, stages)
     copy_model_files(model_dir, onnx_dir)
     write_readme(onnx_dir, model.task, variants, setfit=is_setfit_model(model_dir))
 
@@ -81,24 +83,27 @@ def run_export(spec: ExportSpec, model: ModelRef, run_spec: RunSpec, output_dir:
     threads = torch.get_num_threads()
     progress = parity_check.Progress(reporter, len(split.rows) * (1 + len(variants)))
     reference = parity_check.predict_split(predictor, split, reporter, progress)
+    stages.end()
     baseline = parity_check.metric_of(split, reference)
     report: dict[str, Any] = {
         "task": model.task, "metric": split.metric, "validation_rows": len(split.rows), "device": device,
         "threads": threads, "seconds": None,
         "pytorch": {"name": PYTORCH, "metric": round(baseline.metric, 6),
-                    **_speed(predictor, split, reporter), "bytes": speed_check.weights_bytes(model_dir)},
+                    **_speed(predictor, split, reporter, PYTORCH, stages),
+                    "bytes": speed_check.weights_bytes(model_dir)},
         "variants": []}
     log.info("pytorch: %s=%.4f, %s", split.metric, baseline.metric, report["pytorch"])
 
     for name in variants:
         entry = check_variant(name, model_dir, onnx_dir, predictor, split, reference, baseline, reporter,
-                              progress, device=device, threads=threads)
+                              progress, stages, device=device, threads=threads)
         report["variants"].append(entry)
         if name == "onnx-fp32" and entry["status"] == FAILED:
             _finish(report, output_dir, started)
             raise TrainingError(f"the ONNX export of run {model.run_id} does not answer as PyTorch does: "
                                 f"{entry['reason']}", "report the model's architecture; serve it with PyTorch")
     _finish(report, output_dir, started)
+    stages.finish()
     log.info("export finished in %.1f s: %s", report["seconds"],
              "; ".join(f"{v['name']} {v['status']}" for v in report["variants"]))
     return report
@@ -132,13 +137,37 @@ def wanted_variants(spec: ExportSpec, device: str) -> list[str]:
     return variants
 
 
-def write_variants(model_dir: Path, task: str, onnx_dir: Path, variants: list[str], reporter) -> None:
+class Stages:
+    """The job's progress as stages done of all of them, reported the way training reports its steps
+    (``reporter.progress``), so the Runs tab's bar and ``runs show`` move: each variant's file, then for
+    PyTorch and each variant its parity check and its timing. The phase names the stage under way
+    (``quantizing onnx-int8``, ``checking parity 24/36``, ``timing onnx-int8``)."""
+
+    def __init__(self, reporter, variants: list[str]):
+        self.reporter, self.done = reporter, 0
+        self.total = len(variants) + 2 * (1 + len(variants))
+        reporter.progress(self.done, self.total, 0.0)
+
+    def end(self) -> None:
+        """One stage done."""
+        self.done = min(self.total, self.done + 1)
+        self.reporter.progress(self.done, self.total, 0.0)
+
+    def finish(self) -> None:
+        """Every stage done, the skipped ones too (a variant that failed its check is not timed)."""
+        if self.done < self.total:
+            self.done = self.total
+            self.reporter.progress(self.done, self.total, 0.0)
+
+
+def write_variants(model_dir: Path, task: str, onnx_dir: Path, variants: list[str], reporter,
+                   stages: Stages) -> None:
     """Each variant's file, fp32 first (the others are converted from it); cancel between them."""
     fp32 = onnx_dir / VARIANT_FILES["onnx-fp32"]
     for name in variants:
         if reporter.cancel_requested():
             raise Cancelled()
-        report_phase(reporter, EXPORTING)
+        report_phase(reporter, WRITING_PHASES[name])
         path = onnx_dir / VARIANT_FILES[name]
         started = time.perf_counter()
         if name == "onnx-fp32":
@@ -149,10 +178,11 @@ def write_variants(model_dir: Path, task: str, onnx_dir: Path, variants: list[st
             convert_fp16(fp32, path)
         log.info("%s written in %.1f s: %s (%.1f MB)", name, time.perf_counter() - started, path,
                  path.stat().st_size / 1e6)
+        stages.end()
 
 
 def check_variant(name: str, model_dir: Path, onnx_dir: Path, predictor, split, reference: list[dict],
-                  baseline, reporter, progress, *, device: str, threads: int) -> dict:
+                  baseline, reporter, progress, stages: Stages, *, device: str, threads: int) -> dict:
     """One variant's line of the report: parity with PyTorch, its status, then (unless failed) its speed.
     An int8/fp16 variant that cannot run is reported failed, with the reason; fp32's failure fails the job."""
     path = onnx_dir / VARIANT_FILES[name]
@@ -163,6 +193,7 @@ def check_variant(name: str, model_dir: Path, onnx_dir: Path, predictor, split, 
         model = load_onnx_model(model_dir, onnx_dir, name, device=device, threads=threads)
         twin = parity_check.with_model(predictor, model)
         found = parity_check.compare(split, reference, parity_check.predict_split(twin, split, reporter, progress))
+        stages.end()
     except (Cancelled, TrainingError):
         raise
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failures have no common type
@@ -176,7 +207,7 @@ def check_variant(name: str, model_dir: Path, onnx_dir: Path, predictor, split, 
     entry["status"], entry["reason"] = verdict(name, found, baseline.metric, split.metric)
     log.info("%s: %s (%s)", name, entry["status"], parity_check.describe(found))
     if entry["status"] != FAILED:
-        entry.update(_speed(twin, split, reporter))
+        entry.update(_speed(twin, split, reporter, name, stages))
     return entry
 
 
@@ -194,8 +225,9 @@ def verdict(name: str, found, reference_metric: float, metric: str) -> tuple[str
     return OK, ""
 
 
-def _speed(predictor, split, reporter) -> dict:
-    found = speed_check.measure(predictor, split.rows, reporter)
+def _speed(predictor, split, reporter, name: str, stages: Stages) -> dict:
+    found = speed_check.measure(predictor, split.rows, reporter, phase=f"timing {name}")
+    stages.end()
     return {"p50_ms": found.p50_ms, "p95_ms": found.p95_ms, "rows_per_s": found.rows_per_s}
 
 

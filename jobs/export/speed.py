@@ -35,13 +35,13 @@ class Speed:
 
 
 def measure(predictor, rows: Sequence[dict], reporter, *, single_calls: Optional[int] = None,
-            batch: Optional[int] = None, batch_rows: Optional[int] = None) -> Speed:
+            batch: Optional[int] = None, batch_rows: Optional[int] = None, phase: str = MEASURING_SPEED) -> Speed:
     """Latency of one-row calls and throughput of ``batch``-row calls of ``predictor`` on ``rows`` (None: this
-    module's ``SINGLE_CALLS``, ``BATCH`` and ``BATCH_ROWS``)."""
+    module's ``SINGLE_CALLS``, ``BATCH`` and ``BATCH_ROWS``), reported to ``reporter`` as ``phase``."""
     single_calls, batch, batch_rows = single_calls or SINGLE_CALLS, batch or BATCH, batch_rows or BATCH_ROWS
     if not rows:
         raise ValueError("no rows to time")
-    report_phase(reporter, MEASURING_SPEED)
+    report_phase(reporter, phase)
     predictor.predict([rows[0]])  # warm-up
     predictor.predict(_cycled(rows, 0, min(batch, batch_rows)))
     latencies = []

@@ -147,8 +147,9 @@ def _job_lines(run: dict) -> list[str]:
     files (an export: where its ONNX files are)."""
     spec = run.get("spec") or {}
     parent = run["parent_run_id"] or spec.get("run_id")
+    unit = "stages" if run["kind"] == KIND_EXPORT else "rows"  # an export's steps: see jobs.export.job.Stages
     lines = [f"job {run['id']} ({run['kind']} with the model of run {parent}): {run['status']} "
-             f"({run['progress'] * 100:.1f}%, {run['step']}/{run['total_steps']} rows)"]
+             f"({run['progress'] * 100:.1f}%, {run['step']}/{run['total_steps']} {unit})"]
     if run["kind"] == KIND_EXPORT:
         from workbench.commands.export import variant_lines
 

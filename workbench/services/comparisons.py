@@ -27,9 +27,10 @@ def compare_runs(wb: Workbench, a: int, b: int, metric: Optional[str] = None) ->
     """B against A on ``metric`` (the task's headline metric by default): the difference B − A with its
     paired-bootstrap 95 % interval and p-value, McNemar's exact test for an accuracy, and a verdict sentence.
 
-    Raises ``InvalidState`` when a run has no per-example outcomes or the two were not evaluated on the
-    same examples, ``ConfigError`` for a metric the runs do not report.
+    Raises ``ConfigError`` when ``a`` and ``b`` are the same run or for a metric the runs do not report,
+    ``InvalidState`` when a run has no per-example outcomes or the two were not evaluated on the same examples.
     """
+    _require_distinct([a, b])
     first, second = _load(wb, a), _load(wb, b)
     order = _pairing(first, second)
     name, statistic, columns_a = _metric(first, metric)
@@ -53,6 +54,7 @@ def rank_runs(wb: Workbench, run_ids: Sequence[int], metric: Optional[str] = Non
     ``p_value`` is that difference's (None for the best run)."""
     if len(run_ids) < 2:
         raise ConfigError("ranking needs at least two runs; name two or more run ids")
+    _require_distinct(run_ids)
     loaded = [_load(wb, run_id) for run_id in run_ids]
     orders = [_pairing(loaded[0], other) for other in loaded]
     name, statistic, _ = _metric(loaded[0], metric)
@@ -78,6 +80,17 @@ def _columns(loaded: dict, name: str) -> np.ndarray:
 def _summary(run_id: int, columns: np.ndarray, statistic) -> dict[str, Any]:
     result = stats.bootstrap_ci(columns, statistic)
     return {"run": run_id, "value": result["value"], "ci": [result["low"], result["high"]]}
+
+
+def _require_distinct(run_ids: Sequence[int]) -> None:
+    """``ConfigError`` when a run is named twice: a run against itself is "no detectable difference" by
+    construction, which reads like a finding when it is a typo."""
+    seen: set[int] = set()
+    for run_id in run_ids:
+        if run_id in seen:
+            raise ConfigError(f"run {run_id} is named twice: a run cannot be compared with itself; "
+                              "name different runs")
+        seen.add(run_id)
 
 
 def _load(wb: Workbench, run_id: int) -> dict[str, Any]:

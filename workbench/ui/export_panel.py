@@ -62,6 +62,8 @@ def state_text(job: Optional[dict[str, Any]]) -> str:
         return "This run has not been exported yet."
     status = str(job.get("status"))
     phase = fmt.phase_text(job)
+    if phase and job.get("total_steps"):  # stages done of all: see jobs.export.job.Stages
+        phase = f"{float(job.get('progress') or 0) * 100:.0f} % · {phase}"
     line = f"Export job #{job['id']}: {fmt.status_label(status)}" + (f" · {phase}" if phase else "")
     report = job.get("report") or {}
     if report.get("metric"):

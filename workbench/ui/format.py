@@ -327,8 +327,14 @@ def job_eta_text(run: Mapping[str, Any]) -> str:
 
 
 def job_progress_text(run: Mapping[str, Any]) -> str:
-    """A job's progress cell: ``rows 1,200 / 10,000 · 340 rows/s · ETA 26s``."""
+    """A job's progress cell: ``rows 1,200 / 10,000 · 340 rows/s · ETA 26s``; an export counts stages
+    (``checking parity 24/36 · stage 3 of 8``: each variant's file, each runtime's check and timing)."""
     rate, eta = (job_rate(run) if run.get("status") != "queued" else None), job_eta_text(run)
+    if run.get("kind") == "export":
+        done, total = job_counts(run)
+        bits = [phase_text(run), f"stage {done or 0} of {total}" if total else "",
+                f"ETA {eta}" if run.get("status") == "running" and eta != MISSING else ""]
+        return " · ".join(b for b in bits if b)
     bits = [f"rows {job_rows_text(run)}", f"{rate_text(rate)} rows/s" if rate else "",
             f"ETA {eta}" if run.get("status") == "running" and eta != MISSING else ""]
     return " · ".join(b for b in bits if b)
