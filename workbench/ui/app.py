@@ -135,10 +135,9 @@ def build_ui(wb: Workbench) -> gr.Blocks:
 
         # Data → Train with the chosen dataset.
         def use_dataset(dataset_id, task):
-            if not dataset_id:
-                raise gr.Error("Pick a dataset first (click its row).")
+            dataset_id, task = data_tab.dataset_to_train(wb, dataset_id, task)
             choices = train_tab.dataset_choices(wb, task)
-            return gr.Tabs(selected="train"), task, gr.update(choices=choices, value=dataset_id.strip())
+            return gr.Tabs(selected="train"), task, gr.update(choices=choices, value=dataset_id)
 
         data.use_dataset.click(lambda: None, None, [train.clone_of])
         data.use_dataset.click(use_dataset, [data.selected_dataset, data.task], [tabs, train.task, train.dataset])

@@ -1,0 +1,26 @@
+"""Issue 39, item 5: rough edges a new user met in the browser, tested where their logic lives.
+
+Real SQLite through the services, no browser (the browser side is in tests/browser/test_rough_edges_browser.py).
+"""
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from tests.conftest import DATA_DIR
+from workbench.services import datasets as data_service
+from workbench.ui import data_tab
+
+
+def test_an_import_selects_the_new_dataset_and_train_takes_the_only_one(wb):
+    status, dataset_id = data_tab.import_file(wb, str(DATA_DIR / "ui" / "sms_sample.csv"), "text-classification",
+                                              data_tab.AUTO, "", "", "", "", "sms", None, 0.1, 13)
+    assert status.startswith("✔ Imported as **sms**") and dataset_id == data_service.list_datasets(wb)[0].id
+    # Nothing selected (the page was reloaded) and one stored dataset: that one, with its own task.
+    assert data_tab.dataset_to_train(wb, "", "masked-lm") == (dataset_id, "text-classification")
+    assert data_tab.dataset_to_train(wb, f" {dataset_id} ", "text-classification") == (dataset_id,
+                                                                                          "text-classification")
+    data_service.import_dataset(wb, DATA_DIR / "ui" / "sms_sample.csv", "text-classification", tokenizer=False,
+                                validation_fraction=0.2)
+    with pytest.raises(gr.Error, match="Pick a dataset first"):  # two: the user says which
+        data_tab.dataset_to_train(wb, "", "text-classification")
