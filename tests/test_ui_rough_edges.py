@@ -24,3 +24,25 @@ def test_an_import_selects_the_new_dataset_and_train_takes_the_only_one(wb):
                                 validation_fraction=0.2)
     with pytest.raises(gr.Error, match="Pick a dataset first"):  # two: the user says which
         data_tab.dataset_to_train(wb, "", "text-classification")
+
+
+def _run(wb, kind: str = "train", status: str = "succeeded", **fields) -> int:
+    from storage.models import Run
+
+    with wb.db.session() as session:
+        run = Run(name=f"a {kind} run", task="text-classification", model="m", status=status, spec={}, kind=kind,
+                  **fields)
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def test_the_compare_picker_lists_training_runs_only(wb):
+    from workbench.ui import compare_tab
+
+    trained = _run(wb)
+    jobs = [_run(wb, kind, parent_run_id=trained) for kind in ("predict", "evaluate", "export")]
+    assert [value for _, value in compare_tab.run_choices(wb)] == [trained]
+    # a picked job (from before) is dropped from the value; a picked training run is kept as it is
+    assert compare_tab.refresh_runs(wb, [trained, jobs[0]])["value"] == [trained]
+    assert "value" not in compare_tab.refresh_runs(wb, [trained])

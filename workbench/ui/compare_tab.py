@@ -24,8 +24,10 @@ PICKER_LIMIT = 200
 
 
 def run_choices(wb) -> list[tuple[str, int]]:
-    """The most recent runs for the picker (the picker is a search box; 200 is plenty to scroll)."""
-    items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0))
+    """The most recent training runs for the picker (the picker is a search box; 200 is plenty to scroll).
+    Prediction, evaluation and export jobs have no curves or config of their own to compare: they are left out."""
+    items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0,
+                                                       kind="train"))
     return [fmt.run_choice({**run, "name": fmt.short_run_name(run)}) for run in map(fmt.as_dict, items)]
 
 

@@ -372,6 +372,16 @@ def runtime_choices(wb, run_id: Any) -> list[tuple[str, str]]:
     return predict_panel.runtime_choices(wb, selected_run(run_id))
 
 
+def safe_runtime(wb, run_id: Any) -> str:
+    """What "Serve it by" offers first: a variant that passed its export checks, else ``pytorch``."""
+    rid = selected_run(run_id)
+    if rid is None:
+        return "pytorch"
+    from workbench.services import predictions as predict_service
+
+    return predict_service.safe_runtime(wb, rid)
+
+
 def publish_playground(wb, run_id: Any, with_token: bool, runtime: str = "pytorch") -> str:
     """Publish the run; the message carries the link and, when asked for, the generated token (shown once)."""
     service, rid = _playground_service(), selected_run(run_id)
@@ -768,7 +778,7 @@ def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> N
         runtimes = runtime_choices(wb, rid)
         return (gr.skip() if message is None else message, rows,
                 gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)),
-                gr.update(choices=runtimes, value="pytorch"), gr.update(choices=runtimes, value=runtimes[-1][1]),
+                gr.update(choices=runtimes, value="pytorch"), gr.update(choices=runtimes, value=safe_runtime(wb, rid)),
                 gr.update(interactive=bool(slugs)))
 
     share_outputs = [share.status, share.listing, share.slug, share.unpublish, share.runtime, share.new_runtime,
