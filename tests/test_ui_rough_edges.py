@@ -46,3 +46,88 @@ def test_the_compare_picker_lists_training_runs_only(wb):
     # a picked job (from before) is dropped from the value; a picked training run is kept as it is
     assert compare_tab.refresh_runs(wb, [trained, jobs[0]])["value"] == [trained]
     assert "value" not in compare_tab.refresh_runs(wb, [trained])
+
+
+def test_an_idle_page_polls_less_and_less_and_at_once_again_when_something_moves():
+    from workbench.ui import polling
+
+    assert [polling.next_interval(i, changed=False, active=False) for i in (2.0, 4.0, 8.0, 16.0, 30.0)] == [
+        4.0, 8.0, 16.0, 30.0, 30.0]
+    assert polling.next_interval(30.0, changed=True, active=False) == 2.0
+    assert polling.next_interval(30.0, changed=False, active=True) == 2.0
+    assert polling.next_interval(None, changed=False, active=False) == 4.0
+    assert polling.timer_update(2.0, changed=True, active=False) == gr.skip()  # unchanged: not reset
+    assert polling.timer_update(2.0, changed=False, active=False).value == 4.0
+
+
+def test_a_runs_tick_sends_the_table_only_when_it_changed_and_backs_off_while_nothing_runs(wb):
+    from sqlalchemy import update
+
+    from storage.models import Run
+    from workbench.ui import runs_tab
+
+    run_id = _run(wb)
+    args = (runs_tab.ALL, "", "newest first", 1, None)
+    first = runs_tab.poll_values(wb, *args, "", "", 2.0)
+    rows, caption, *details, shown_key, rows_key, timer = first
+    assert rows[0][0] == run_id and caption == "1–1 of 1 runs" and timer == gr.skip()  # the first look changed it
+    second = runs_tab.poll_values(wb, *args, shown_key, rows_key, 2.0)
+    assert second[0] == second[1] == gr.skip() and second[-2] == rows_key and second[-1].value == 4.0
+    assert runs_tab.poll_values(wb, *args, shown_key, rows_key, 16.0)[-1].value == 30.0
+    with wb.db.session() as session:  # a run starts (the CLI, another tab): the table is sent, polling speeds up
+        session.execute(update(Run).where(Run.id == run_id).values(status="running", progress=0.5))
+    moved = runs_tab.poll_values(wb, *args, shown_key, rows_key, 30.0)
+    assert moved[0] != gr.skip() and moved[-1].value == 2.0
+    # while it runs the tab keeps its 2 s, even when a tick finds nothing new
+    assert runs_tab.poll_values(wb, *args, shown_key, moved[-2], 2.0)[-1] == gr.skip()
+
+
+def test_the_errors_tab_of_an_evaluation_job_speaks_of_test_examples(wb):
+    from workbench.ui import runs_tab
+
+    trained = _run(wb)
+    evaluation = _run(wb, "evaluate", parent_run_id=trained)
+    assert runs_tab.errors_intro(runs_tab.run_kind(wb, trained)).startswith("Validation examples the model got wrong")
+    assert runs_tab.errors_intro(runs_tab.run_kind(wb, evaluation)).startswith("Test examples the model got wrong")
+    assert runs_tab.run_kind(wb, None) is None and runs_tab.run_kind(wb, 999) is None
+
+
+def test_workbench_serve_home_picks_the_folder_of_its_database(cli, monkeypatch, tmp_path):
+    import uvicorn
+
+    import workbench.server
+
+    homes = []
+    monkeypatch.setattr(workbench.server, "create_app", lambda wb, worker=True: homes.append(wb.settings.home))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: None)
+    code, out, _ = cli("serve", "--no-worker", "--home", str(tmp_path / "elsewhere"), "--port", "7999")
+    assert code == 0 and homes == [(tmp_path / "elsewhere").resolve()] and ":7999/" in out
+    assert (tmp_path / "elsewhere" / "workbench.db").is_file()
+
+
+def test_one_very_long_text_does_not_stretch_the_length_histogram_and_many_cuts_offer_a_longer_max_length():
+    import numpy as np
+
+    from storage.datasets.stats import length_summary
+    from workbench.ui import plots
+
+    # 300 e-mails of 40–339 tokens and one of 15,685
+    lengths = np.append(np.arange(40, 340), 15_685)
+    stats = length_summary(lengths, 128, tokenizer="t", sampled=False, population=len(lengths))
+    # ten whole-number bins up to p99 (337: they end at 339), then one bar for the e-mail, not 10 bins of
+    # 1,565 tokens with every other example in the first
+    assert stats["p99"] == 337 and stats["clipped_at"] == 340 and stats["histogram"]["edges"][-1] == 15_686
+    assert stats["histogram"]["counts"] == [30] * 10 + [1]
+    frame = plots.token_length_frame(stats)
+    assert list(frame["tokens"])[-1] == "340–15685" and list(frame["count"])[-1] == 1
+    assert plots.token_length_title(stats).endswith("clipped at p99: the last bar holds every example of 340+ tokens")
+    caption = plots.token_length_caption(stats)
+    assert "the chart stops at p99 (337)" in caption
+    # 70 % of them are cut at 128: 384 keeps 95 % whole (p95 is 325)
+    assert stats["truncated_share"] >= 0.2 and plots.longer_max_length(stats) == 384
+    assert "a **max length of 384** would keep 95 % of them whole" in caption
+    # a dataset that fits is drawn as before and offered nothing
+    short = length_summary(np.arange(5, 60), 128, tokenizer="t", sampled=False, population=55)
+    assert short["clipped_at"] is None and plots.token_length_title(short) == plots.LENGTH_TITLE
+    assert plots.longer_max_length(short) is None and "max length of" not in plots.token_length_caption(short)
+    assert plots.longer_max_length({**stats, "max_length": 512}) is None  # nothing longer to offer

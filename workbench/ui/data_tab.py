@@ -49,6 +49,7 @@ class DataView:
     ok: bool
     subtokens_title: str = ""
     label_count: int = 0  # labels in the file; the chart shows at most LABEL_BARS bars
+    lengths_title: str = plots.LENGTH_TITLE  # says so when the histogram stops at p99
 
 
 def _columns_arg(text: str, pair: str, label: str, separator: str) -> Any:
@@ -120,7 +121,8 @@ def check_file(wb, path: str | None, task: str, file_format: str = AUTO, text: s
     return DataView(_summary(report, name), fmt.problems_rows(report.get("warnings") or []), preview,
                     plots.label_distribution(report.get("labels"), top=LABEL_BARS), plots.token_length_frame(stats),
                     plots.token_length_caption(stats), subtokens, detected, mapping, True,
-                    subtoken_title(preview_rows) if subtokens else "", len(report.get("labels") or {}))
+                    subtoken_title(preview_rows) if subtokens else "", len(report.get("labels") or {}),
+                    plots.token_length_title(stats))
 
 
 def validation_view(view: DataView, path: str | None) -> tuple[str, list[list[Any]], pd.DataFrame]:
@@ -409,7 +411,7 @@ def _check_values(view: DataView, keep_mapping: bool) -> tuple:
             gr.update(value=view.preview, visible=bool(len(view.preview))),
             plots.bar_chart_svg(view.labels, "label", "count", label_chart_title(view), x_title="label",
                                 empty="Upload a file to see its labels."),
-            plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
+            plots.bar_chart_svg(view.lengths, "tokens", "count", view.lengths_title,
                                 colour_by="part", x_title="tokens per example",
                                 colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
                                 empty="Token lengths appear here."),
