@@ -46,6 +46,12 @@ def test_the_compare_picker_lists_training_runs_only(wb):
     # a picked job (from before) is dropped from the value; a picked training run is kept as it is
     assert compare_tab.refresh_runs(wb, [trained, jobs[0]])["value"] == [trained]
     assert "value" not in compare_tab.refresh_runs(wb, [trained])
+    # a ?compare= link picks the training runs it names that still exist, once each, in its order
+    from workbench.ui.app import compared_from_query
+
+    other = _run(wb)
+    assert compared_from_query(wb, {"compare": f"{other},{trained},{jobs[0]},999,{other},x"}) == [other, trained]
+    assert compared_from_query(wb, {}) == []
 
 
 def test_an_idle_page_polls_less_and_less_and_at_once_again_when_something_moves():
