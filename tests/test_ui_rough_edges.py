@@ -137,3 +137,15 @@ def test_one_very_long_text_does_not_stretch_the_length_histogram_and_many_cuts_
     assert short["clipped_at"] is None and plots.token_length_title(short) == plots.LENGTH_TITLE
     assert plots.longer_max_length(short) is None and "max length of" not in plots.token_length_caption(short)
     assert plots.longer_max_length({**stats, "max_length": 512}) is None  # nothing longer to offer
+
+
+def test_recorded_keys_read_as_words_and_speeds_as_speeds():
+    from workbench.ui import format as fmt
+
+    details = dict(fmt.metric_detail_rows({"ece": 0.0412, "model_run": 7, "batch_size": 32, "test_set": "x",
+                                           "calibration": {"temperature": 1.25}}))
+    assert details == {"Calibration error (ECE)": "0.0412", "Model of run": "7", "Batch size": "32",
+                       "Calibration › Temperature (calibration)": "1.2500"}
+    shown = dict(fmt.readable_metric_rows({"rows_per_second": 13.41, "rows": 200, "seconds": 14.9}))
+    assert shown == {"Rows per second": "13", "Rows": "200", "Time": "15s"}  # was "13.4100"
+    assert dict(fmt.readable_metric_rows({"rows_per_second": 0.25}))["Rows per second"] == "0.25"

@@ -302,8 +302,9 @@ def _build_check() -> _Check:
     problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Problems and warnings", interactive=False,
                             visible=False, wrap=True, elem_id="data-problems",
                             column_widths=["9%", "14%", "6%", "9%", "31%", "31%"])
+    # hidden until a file is checked: an empty table without columns is headed "1 2 3"
     preview = gr.Dataframe(label="Preview (first 20 records, as the trainer will read them)", interactive=False,
-                           wrap=True, max_height=360, elem_id="data-preview")
+                           wrap=True, max_height=360, elem_id="data-preview", visible=False)
     with gr.Row():
         label_plot = gr.HTML(elem_id="data-labels")
         length_plot = gr.HTML(elem_id="data-lengths")
