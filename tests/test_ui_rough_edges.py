@@ -149,3 +149,29 @@ def test_recorded_keys_read_as_words_and_speeds_as_speeds():
     shown = dict(fmt.readable_metric_rows({"rows_per_second": 13.41, "rows": 200, "seconds": 14.9}))
     assert shown == {"Rows per second": "13", "Rows": "200", "Time": "15s"}  # was "13.4100"
     assert dict(fmt.readable_metric_rows({"rows_per_second": 0.25}))["Rows per second"] == "0.25"
+
+
+def test_an_evaluation_names_its_test_set_and_a_queued_prediction_its_dataset(wb, tmp_path):
+    from workbench.ui import predict_panel, runs_tab
+
+    test_set = data_service.import_dataset(wb, DATA_DIR / "ui" / "sms_sample.csv", "text-classification",
+                                           tokenizer=False, name="sms-test")
+    trained = _run(wb)
+    evaluation = _run(wb, "evaluate", parent_run_id=trained, output_dir=str(tmp_path),
+                      metrics={"accuracy": 0.9, "test_set": test_set.id, "rows": 10})
+    shown = dict(runs_tab.run_view(wb, evaluation).final_metrics)
+    assert shown["Test set"] == f"sms-test ({test_set.id})"
+    assert predict_panel._dataset_text(wb, test_set.id) == f"**sms-test** ({test_set.id})"
+    assert predict_panel._dataset_text(wb, "gone") == "gone"
+
+
+def test_attention_tick_labels_are_big_enough_to_read():
+    import numpy as np
+
+    from workbench.playground.attention import AttentionMaps, plot_head, tick_font_size
+
+    tokens = ["[CLS]", "the", "quick", "brown", "fox", "[SEP]"]
+    figure = plot_head(AttentionMaps(tokens, np.full((1, 1, 6, 6), 1 / 6)), layer=0, head=0)
+    labels = figure.axes[0].get_xticklabels()
+    assert [t.get_text() for t in labels] == tokens and min(t.get_fontsize() for t in labels) == 13  # was 8
+    assert tick_font_size(64) == tick_font_size(512) == 9 and 9 < tick_font_size(40) < 13

@@ -280,6 +280,20 @@ def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list
     return rows
 
 
+def _test_set_named(wb, metrics: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """An evaluation's metrics with its test set by name (``sms-test (3f9a0c)``), not by its bare id."""
+    dataset_id = (metrics or {}).get("test_set")
+    if not dataset_id:
+        return metrics
+    from workbench.services import datasets as data_service
+
+    try:
+        name = fmt.as_dict(data_service.get_dataset(wb, str(dataset_id))).get("name")
+    except WorkbenchError:  # deleted since: its id is all there is
+        return metrics
+    return {**metrics, "test_set": f"{name} ({dataset_id})" if name and name != dataset_id else dataset_id}
+
+
 def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     """Read one run (status, curves, log tail, final tables) through the runs service.
 
@@ -309,7 +323,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     return RunView(
         key=key, header=header, status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
-        log_tail=log_text or "(no log yet)", final_metrics=fmt.readable_metric_rows_with_ci(run.get("metrics")),
+        log_tail=log_text or "(no log yet)",
+        final_metrics=fmt.readable_metric_rows_with_ci(_test_set_named(wb, run.get("metrics"))),
         metric_details=fmt.metric_detail_rows(run.get("metrics")),
         per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix) + score_pictures(tables),
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str),
