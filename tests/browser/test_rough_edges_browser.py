@@ -60,3 +60,37 @@ def test_compare_keeps_its_picks_across_tabs_and_lists_training_runs_only(idle_s
     page.wait_for_function("() => document.querySelectorAll('#compare-runs .token').length === 2")
     assert [text.split(" · ")[0] for text in picked(page)] == [f"#{first} edge lr 1e-5", f"#{second} edge lr 5e-5"]
     screenshot(page, "compare-kept-picks")
+
+
+def test_an_import_then_train_on_this_dataset_opens_train_with_it(idle_server, page):
+    from tests.browser.test_workbench_ui import UI_DATA, upload_and_wait, wait_value
+
+    goto_ready(page, idle_server.url)
+    # before any file: no table headed "1 2 3" (the preview stays hidden until it has columns)
+    assert not page.locator("#data-preview").is_visible()
+    upload_and_wait(page, UI_DATA / "sms_sample.csv")
+    page.locator("#data-import").click()
+    wait_text(page, "#data-import-status", "Imported as", timeout=60_000)
+    page.wait_for_function("() => { const el = document.querySelector('#data-selected input, #data-selected textarea');"
+                           " return el && el.value.trim().length > 0; }")
+    page.get_by_role("button", name="Train on this dataset").click()
+    wait_value(page, "#train-dataset input", "sms_sample")
+    assert page.locator(".toast-body").count() == 0, page.locator(".toast-body").all_inner_texts()
+    assert "dataset=" in page.url
+
+
+def test_publish_opens_one_share_tab(idle_server, page):
+    wb = _service_workbench(idle_server)
+    try:
+        run_id = _row(wb, "edge share")
+    finally:
+        wb.close()
+    goto_ready(page, f"{idle_server.url}/?run={run_id}")
+    page.locator("#run-status[data-status='succeeded']").wait_for()
+    page.locator("#runs-publish").click()
+    page.locator("#share-publish").wait_for()
+    page.wait_for_timeout(500)
+    shown = page.eval_on_selector_all("[role=tab]", "els => els.filter(e => e.getClientRects().length)"
+                                                    ".map(e => [e.innerText.trim(), e.getAttribute('aria-selected')])")
+    assert [tab for tab in shown if tab[0] == "Share"] == [["Share", "true"]], shown  # two underlined before
+    screenshot(page, "runs-share-tab", full_page=False)

@@ -74,6 +74,9 @@ CSS = """
 .wb-confusion table { border-collapse: collapse; font-size: 0.85em; }
 .wb-confusion th, .wb-confusion td { border: 1px solid var(--neutral-200); padding: 4px 8px; text-align: right; }
 #wb-title h1 { margin-bottom: 0; }
+/* Gradio 6 draws the run's Share tab button twice once the tab is first opened (both underlined; not seen in a
+   small app with the same tab): the copy is hidden. */
+#run-share-button ~ #run-share-button { display: none; }
 """
 
 
