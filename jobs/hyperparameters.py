@@ -208,6 +208,14 @@ def method_for(spec, n_train: int, n_classes: int, *, multi_label: bool, pairs: 
                          lora=spec.lora.enabled, sentence_model=sentence_model)
 
 
+def steps_and_epochs(steps: int, epochs: float, by_steps: bool) -> str:
+    """``12 epoch(s), 408 steps``; when ``max_steps`` decides (``by_steps``) the epochs follow from the steps, so
+    the line says what the run really does: ``30 steps (0.44 epoch)``, not the epochs it will not run."""
+    if not by_steps:
+        return f"{epochs:g} epoch(s), {steps:,} steps"
+    return f"{steps:,} steps ({round(epochs, 2):g} epoch{'s' if epochs > 1 else ''})"
+
+
 def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finetune",
                             n_validation: int | None = None) -> dict:
     """Every hyper-parameter of a run, explicit values from the spec winning over defaults.
@@ -261,7 +269,9 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
             save_steps = eval_steps * TINY_VALIDATION_SAVE_EVERY
         else:
             eval_steps = math.ceil(steps / (SMALL_DATA_EVALUATIONS // 2))
-    why = f"{n_used:,} examples: {epochs:g} epoch(s), {max_steps or steps:,} steps, lr {lr:g}"
+    per_epoch = max(1, math.ceil(math.ceil(n_used / batch) / train.gradient_accumulation_steps))
+    done = steps_and_epochs(max_steps or steps, max_steps / per_epoch if max_steps else epochs, bool(max_steps))
+    why = f"{n_used:,} examples: {done}, lr {lr:g}"
     if small_data:
         why += f" — few examples, so at least {MIN_STEPS[preset]} steps"
         if stop_when_learned:

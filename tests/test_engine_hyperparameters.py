@@ -283,3 +283,13 @@ def test_stop_when_learned_waits_for_every_validation_example_and_a_low_loss():
     picking = SimpleNamespace(load_best_model_at_end=True)
     control = late.on_step_end(picking, SimpleNamespace(global_step=408), TrainerControl())
     assert control.should_training_stop and control.should_evaluate and control.should_save
+
+
+def test_the_why_line_says_the_epochs_max_steps_really_make():
+    from jobs.hyperparameters import steps_and_epochs
+
+    hp = resolve_hyperparameters(_spec(max_steps=30, batch_size=8), SMALL, 544)
+    assert hp["why"].startswith("544 examples: 30 steps (0.44 epoch), lr ")  # 68 steps an epoch
+    assert resolve_hyperparameters(_spec(max_steps=170, batch_size=8), SMALL, 544)["why"].startswith(
+        "544 examples: 170 steps (2.5 epochs), lr ")
+    assert steps_and_epochs(408, 12.0, by_steps=False) == "12 epoch(s), 408 steps"

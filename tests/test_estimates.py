@@ -89,3 +89,28 @@ def test_no_estimate_without_data_size_never_blocks_a_submit(wb):
     assert estimates.estimate_run(wb, spec) is None
     run_id = runs_service.submit_run(wb, spec)
     assert runs_service.get_run(wb, run_id)["estimate"] is None
+
+
+def test_without_a_validation_split_the_plan_splits_as_the_engine_does(wb):
+    # 297 records, no validation split: the engine holds out 29 (a tenth) and trains on 268. The "why" line
+    # and the evaluation count used to disagree (33 from the records' ninth against 29 from their tenth).
+    from jobs.engine import _split_validation
+
+    _dataset(wb, "whole", 20.0, n_train=297, n_validation=0)
+    est = estimates.estimate_run(wb, _spec("whole"))
+    train, validation = _split_validation([{"text": str(i)} for i in range(297)], seed=13)
+    assert est["validation_examples"] == len(validation) == 29
+    assert est["train_examples"] == len(train) == 268
+    assert est["why"].startswith("268 examples: ")
+    assert "29 validation examples are too few" in est["why"] and "33" not in est["why"]
+
+
+def test_max_steps_says_the_steps_and_the_epochs_they_make(wb):
+    _dataset(wb, "steps", 20.0, n_train=544, n_validation=60)
+    spec = RunSpec(task="text-classification", data=DataSpec(dataset_id="steps"),
+                   train=TrainSpec(max_steps=30, batch_size=8))
+    est = estimates.estimate_run(wb, spec)
+    # 544 examples at batch 8: 68 steps an epoch, so 30 steps are 0.44 of one
+    assert est["steps"] == 30 and est["epochs"] == pytest.approx(30 / 68)
+    assert est["why"].startswith("544 examples: 30 steps (0.44 epoch), lr ")
+    assert "epoch(s)" not in est["why"]

@@ -159,11 +159,11 @@ def test_a_real_upload_is_still_checked_and_imported(site, client, tmp_path):
     view = client.predict(handle_file(str(corpus)), "masked-lm", "auto-detect", "", "", "", "", 128,
                           api_name="/on_upload")
     assert view[0].startswith("✔") and "corpus.txt" in view[0]
-    message, _ = client.predict(handle_file(str(corpus)), "masked-lm", "auto-detect", "", "", "", "", "weather",
-                                None, 0.1, 13, api_name="/on_import")
+    message, _, selected = client.predict(handle_file(str(corpus)), "masked-lm", "auto-detect", "", "", "", "",
+                                          "weather", None, 0.1, 13, api_name="/on_import")
     assert "Imported as **weather**" in message
     stored = data_service.list_datasets(site[1])
-    assert [d.name for d in stored] == ["weather"]
+    assert [d.name for d in stored] == ["weather"] and selected == stored[0].id  # the new dataset is selected
     data_service.delete_dataset(site[1], stored[0].id)
 
 

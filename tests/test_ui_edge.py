@@ -49,7 +49,7 @@ def test_refused_ui_actions_log_one_line_each_and_no_traceback(served, tmp_path,
     capfd.readouterr()
     caplog.set_level(logging.WARNING)
     # A refused import is shown in the import status with its problems; the stored-datasets table is untouched.
-    status, _ = client.predict(handle_file(str(bad)), "token-classification", "auto-detect", "", "", "", "", "",
+    status, _, _ = client.predict(handle_file(str(bad)), "token-classification", "auto-detect", "", "", "", "", "",
                                None, 0.1, 13, api_name="/on_import")
     assert status.startswith("✘ Nothing was imported") and "ner.conll, line 5" in status
     # A refused delete is said in the delete status; the selection and the table are left as they were.

@@ -229,7 +229,7 @@ def test_predict_a_stored_dataset_labels_its_records_train_then_validation(wb, t
     # an upload wins over a pick; with no upload the picked dataset is read
     message = predict_panel.said(predict_panel.queue_prediction, wb, run_id, None, "auto-detect", "", "", "csv",
                                  dataset_id)
-    assert message.startswith("✔ Queued prediction job #") and f"dataset {dataset_id}" in message, message
+    assert message.startswith("✔ Queued prediction job #") and f"dataset **reviews** ({dataset_id})" in message, message
     job_id = int(message.split("#")[1].split()[0])
     run_queue(wb, lambda: runs_service.get_run(wb, job_id)["status"] == "succeeded")
     output = next(Path(f) for f in predict_panel.job_files(wb, job_id) if f.endswith(".csv"))

@@ -18,6 +18,7 @@ from tests.test_ui_sweeps import base_json
 from tests.tiny_models import classification_records, write_jsonl
 from workbench.services import datasets, sweeps
 from workbench.services import runs as runs_service
+from workbench.ui import format as fmt
 from workbench.ui import compare_tab, runs_tab, sweep_tab
 
 # What the engine records beside the scores (jobs/engine.py, jobs/attention.py): none of it is for reading.
@@ -78,11 +79,12 @@ def test_the_metrics_tab_names_what_a_reader_looks_at_and_keeps_the_bookkeeping_
         ["Baseline: TF-IDF + logistic regression — F1 (macro)", "0.6900"], ["Verdict", "beats the baselines"],
         ["Total time", "1m 35s"], ["Training time", "1m 02s"], ["Training speed (examples/s)", "40"],
         ["Training examples", "54"], ["Validation examples", "6"], ["Device", "cpu"]]
-    details = dict(view.metric_details)
-    assert set(BOOKKEEPING) <= set(details) and details["evaluations"] == "0"
-    assert details["attention_reason"].startswith("flash-attn 2 is not installed")
-    assert details["baselines.tfidf_logreg.seconds"] == "0.2000" and details["verdict.top_label"] == "ham"
-    assert not {"accuracy", "wall_seconds", "baselines.majority.accuracy"} & set(details)  # shown above, once
+    details = dict(view.metric_details)  # each key in plain words
+    assert {fmt.readable_key(key) for key in BOOKKEEPING} <= set(details) and details["Evaluations"] == "0"
+    assert details["Attention reason"].startswith("flash-attn 2 is not installed")
+    assert details["Baselines › TF-IDF + logistic regression › seconds"] == "0.2s"
+    assert details["Verdict › top label"] == "ham"
+    assert not {"Accuracy", "Wall seconds", "Baselines › majority › accuracy"} & set(details)  # shown above, once
     values = runs_tab.detail_values(wb, run_id, "")
     assert len(values) == runs_tab.DETAIL_OUTPUTS + 1 and values[-2] == view.metric_details
 

@@ -77,14 +77,15 @@ def test_the_sweep_pickers_labels_follow_the_sweep_to_its_end(wb, tmp_path, page
     sweep_id = sweeps.create_sweep(wb, spec)
     picker = block(page, "sweep-picker")
     (tick,) = [f for f in page.fns.values() if f.targets and f.targets[0][1] == "tick" and picker in f.outputs]
-    values = tick.fn(sweep_id, None)
+    values = tick.fn(sweep_id, None, "", sweep_tab.TICK_SECONDS)
     assert by_output(tick, values)[picker._id]["choices"][0] == (f"#{sweep_id} picked · running · 2/4", sweep_id)
-    shown = values[-1]  # the choices the tick keeps (a gr.State) for the next one
-    assert by_output(tick, tick.fn(sweep_id, shown))[picker._id] == SKIPPED  # unchanged: not sent again
+    shown, view_key = values[-3], values[-2]  # the choices and the view's fingerprint the tick keeps (gr.States)
+    again = tick.fn(sweep_id, shown, view_key, sweep_tab.TICK_SECONDS)
+    assert by_output(tick, again)[picker._id] == SKIPPED  # unchanged: not sent again
     worker = Worker(wb, InProcessRunner(wb), max_jobs=2, gpus=[])
     assert wait_until(lambda: sweeps.get_sweep(wb, sweep_id)["status"] == "finished", 30, worker.loop_once)
     worker.shutdown()
-    after = by_output(tick, tick.fn(sweep_id, shown))[picker._id]
+    after = by_output(tick, tick.fn(sweep_id, shown, view_key, sweep_tab.TICK_SECONDS))[picker._id]
     assert after["choices"][0] == (f"#{sweep_id} picked · finished · 4/4", sweep_id)
     assert "value" not in after  # the picked sweep stays picked
 

@@ -132,12 +132,22 @@ def length_bin_edges(shortest: int, longest: int, bins: int = 10) -> np.ndarray:
     return shortest + width * np.arange(count + 1)
 
 
+CLIP_STRETCH = 2  # the histogram stops at p99 when the longest example is more than this many times longer
+
+
 def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, sampled: bool,
                    population: int) -> dict[str, Any]:
-    """Mean, median, p95, max, the share longer than ``max_length`` and a histogram of at most 10 bins."""
+    """Mean, median, p95, p99, max, the share longer than ``max_length`` and a histogram of at most 10 bins, and
+    one more for the examples beyond p99 when the longest would stretch the bins (``clipped_at``: where it starts)."""
     if len(lengths) == 0:
         return {"tokenizer": tokenizer, "max_length": max_length, "count": 0}
-    edges = length_bin_edges(int(lengths.min()), int(lengths.max()))
+    p99, longest = int(np.percentile(lengths, 99)), int(lengths.max())
+    clipped = longest > CLIP_STRETCH * max(p99, 1)
+    # one 15,685-token e-mail among tweets put every other example in the first of ten bins: the bins then
+    # cover the lengths up to p99, and one last bar holds the longest examples beyond them
+    edges = length_bin_edges(int(lengths.min()), p99 if clipped else longest)
+    if clipped:
+        edges = np.append(edges, longest + 1)
     counts, _ = np.histogram(lengths, bins=edges)
     return {
         "tokenizer": tokenizer,
@@ -148,7 +158,9 @@ def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, samp
         "mean": round(float(lengths.mean()), 1),
         "p50": int(np.percentile(lengths, 50)),
         "p95": int(np.percentile(lengths, 95)),
-        "max": int(lengths.max()),
+        "p99": p99,
+        "max": longest,
+        "clipped_at": int(edges[-2]) if clipped else None,  # the first length of the last bar, beyond p99
         "truncated_share": round(float((lengths > max_length).mean()), 4),
         "histogram": {"counts": counts.tolist(), "edges": [int(e) for e in edges]},
     }

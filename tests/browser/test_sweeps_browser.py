@@ -210,7 +210,7 @@ def test_the_best_run_publishes_with_a_token_and_its_details_read_plainly(sweep_
     wait_text(page, "#run-metrics", "Accuracy")
     assert not page.locator("#run-metric-details").is_visible()  # the bookkeeping stays collapsed
     page.get_by_text("Details: everything else the run recorded").click()
-    wait_text(page, "#run-metric-details", "resumed_from")
+    wait_text(page, "#run-metric-details", "Resumed from")
 
 
 def test_confirming_the_top_trials_and_repeating_a_run_queue_seed_groups_the_views_then_rank(sweep_server, home_wb,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -24,6 +25,8 @@ def _addresses(value: Optional[str]) -> Optional[str]:
 def serve(
     host: Optional[str] = typer.Option(None, help="Interface to listen on (default: WORKBENCH_HOST, 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, help="Port (default: WORKBENCH_PORT, 7860)."),
+    home: Optional[Path] = typer.Option(None, help="Folder of the database, datasets, runs and logs (default: "
+                                                   "WORKBENCH_HOME, ./.workbench)."),
     no_worker: bool = typer.Option(False, "--no-worker",
                                    help="Serve the UI only; runs wait for a separate `workbench worker`."),
     forwarded_allow_ips: Optional[str] = typer.Option(
@@ -38,7 +41,7 @@ def serve(
     from storage.settings import Settings
     from workbench.server import create_app, uvicorn_options
 
-    settings = Settings.from_env(host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    settings = Settings.from_env(host=host, port=port, home=home, forwarded_allow_ips=forwarded_allow_ips)
     wb = open_workbench(settings)
     web_app = create_app(wb, worker=not no_worker)
     shown_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host

@@ -66,16 +66,23 @@ def _check(maps: AttentionMaps, layer: int, head: Optional[int] = None) -> None:
         raise ValueError(f"head {head} is out of range 0..{maps.heads - 1}")
 
 
+def tick_font_size(tokens: int) -> float:
+    """Points for the token labels: 13 up to 24 tokens, shrinking to 9 at 64 and more. The picture is shown
+    shrunk to the page's width, so 8 points (as before) read as 5-pixel text."""
+    return float(max(9.0, min(13.0, 13.0 - (tokens - 24) * 0.1)))
+
+
 def plot_head(maps: AttentionMaps, layer: int, head: int):
     """One head's heat-map with the tokens on both axes (a matplotlib Figure)."""
     _check(maps, layer, head)
     n = len(maps.tokens)
-    side = min(9.0, 2.5 + 0.22 * n)
+    size = tick_font_size(n)
+    side = min(12.0, 3.0 + 0.03 * size * n)  # room for each label at its size
     fig = _figure(side + 1.2, side)
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(maps.weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
-    ax.set_xticks(range(n), maps.tokens, rotation=90, fontsize=8)
-    ax.set_yticks(range(n), maps.tokens, fontsize=8)
+    ax.set_xticks(range(n), maps.tokens, rotation=90, fontsize=size)
+    ax.set_yticks(range(n), maps.tokens, fontsize=size)
     ax.set_xlabel("attended token")
     ax.set_ylabel("query token")
     ax.set_title(f"layer {layer + 1}, head {head + 1}")
@@ -94,7 +101,7 @@ def plot_layer(maps: AttentionMaps, layer: int, columns: int = 4):
     for head in range(heads):
         ax = fig.add_subplot(rows, columns, head + 1)
         ax.imshow(maps.weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_title(f"head {head + 1}", fontsize=9)
+        ax.set_title(f"head {head + 1}", fontsize=12)
         ax.set_xticks([])
         ax.set_yticks([])
     return fig

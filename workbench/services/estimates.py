@@ -96,8 +96,11 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
              shape: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What the run will do: examples seen in training, evaluations, checkpoints, validation examples."""
     info = catalogue.ModelInfo("x", "x", "x", 0, 0, 0, parameters)
+    if not n_validation:  # the engine holds out a tenth of the training records (at least 1) and trains on the rest
+        n_validation = max(1, n_train // 10)
+        n_train = max(1, n_train - n_validation)
     method, why = plan_method(spec, n_train, shape)
-    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method, n_validation=n_validation or None)
+    hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method, n_validation=n_validation)
     if why:
         hp["why"] += f" ({why})"
     shape = shape or {}
@@ -108,8 +111,6 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
         hp["head"] = "sentence"
         hp["why"] += f"; {hyperparameters.SENTENCE_HEAD_WHY}"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])
-    if not n_validation:  # the engine holds out 10% when the dataset has no validation split
-        n_validation = max(1, used // 10)
     if method == "setfit":  # pairs of texts, no evaluation or checkpoint before the end
         return {"train_examples": used, "examples_seen": 2 * hp["max_steps"] * hp["batch_size"],
                 "steps": hp["max_steps"], "evaluations": 0, "checkpoints": 0, "validation_examples": n_validation,
@@ -123,7 +124,7 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     checkpoints = steps // hp["save_steps"] if hp.get("save_steps") else evaluations
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
             "checkpoints": checkpoints or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
-            "method": method}
+            "method": method, "epochs": steps / per_epoch}
 
 
 def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "finetune") -> list[dict[str, Any]]:
@@ -228,7 +229,7 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
             "calibrated": bool(history),
             "runs": len(history), "device": kind, "examples_seen": plan["examples_seen"],
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
-            "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"],
+            "validation_examples": plan["validation_examples"], "epochs": plan.get("epochs", plan["hp"]["epochs"]),
             "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
 
 

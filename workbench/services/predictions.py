@@ -137,6 +137,15 @@ def runtime_options(wb: Workbench, run_id: int) -> list[tuple[str, str]]:
     return options
 
 
+def safe_runtime(wb: Workbench, run_id: int) -> str:
+    """The runtime a menu offers first to serve run ``run_id`` by: the last ONNX variant of its newest export that
+    passed its checks (``ok``), else ``pytorch`` — never one marked "check before use"."""
+    onnx_dir = latest_onnx_dir(wb.db, run_id)
+    statuses = _variant_statuses(onnx_dir) if onnx_dir is not None else {}
+    passed = [value for _, value in runtime_options(wb, run_id) if statuses.get(value) == "ok"]
+    return passed[-1] if passed else PYTORCH
+
+
 def _variant_statuses(onnx_dir: Path) -> dict[str, str]:
     """Each variant's status in the export's report (``export.json`` beside ``onnx/``): a variant marked failed
     must not serve, even if its file is left."""

@@ -28,15 +28,24 @@ def keep_in_url(name: str) -> str:
 }}"""
 
 
-# The selected run and the selected dataset live in the address (?run=N&dataset=ID).
+# The selected run, the selected dataset and the runs picked to compare live in the address
+# (?run=N&dataset=ID&compare=3,4).
 KEEP_RUN_IN_URL = keep_in_url("run")
 KEEP_DATASET_IN_URL = keep_in_url("dataset")
+KEEP_COMPARED_IN_URL = keep_in_url("compare")
 
 
 def run_from_query(params) -> int | None:
     """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
     value = (params or {}).get("run", "")
     return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
+
+
+def compared_from_query(wb: Workbench, params) -> list[int]:
+    """The runs a ``?compare=3,4`` link picks to compare, those still in the Compare picker, in the link's order."""
+    listed = {value for _, value in compare_tab.run_choices(wb)}
+    picks = [int(p) for p in str((params or {}).get("compare", "")).split(",") if p.strip().isdigit()]
+    return [p for p in dict.fromkeys(picks) if p in listed]
 
 
 def dataset_from_query(wb: Workbench, params) -> str | None:
@@ -65,6 +74,9 @@ CSS = """
 .wb-confusion table { border-collapse: collapse; font-size: 0.85em; }
 .wb-confusion th, .wb-confusion td { border: 1px solid var(--neutral-200); padding: 4px 8px; text-align: right; }
 #wb-title h1 { margin-bottom: 0; }
+/* Gradio 6 draws the run's Share tab button twice once the tab is first opened (both underlined; not seen in a
+   small app with the same tab): the copy is hidden. */
+#run-share-button ~ #run-share-button { display: none; }
 """
 
 
@@ -82,6 +94,17 @@ def _wire_sweeps(wb, tabs, form, view, tab_item, runs, compare) -> Any:
     ).success(None, None, None, js="() => { setTimeout(() => document.querySelector('#compare-go')?.click(), 400); }")
     return view.open_best.click(lambda sid: (gr.Tabs(selected="runs"), sweep_tab.best_of(wb, sid)),
                                 [view.sweep_id], [tabs, runs.run_id])
+
+
+def _wire_compared(wb, demo, picker) -> None:
+    """The runs picked to compare follow the address, so a reload or a shared link picks them again."""
+    picker.change(None, [picker], None, js=KEEP_COMPARED_IN_URL)
+
+    def restore(request: gr.Request):
+        picks = compared_from_query(wb, dict(request.query_params) if request else {})
+        return gr.update(choices=compare_tab.run_choices(wb), value=picks) if picks else gr.skip()
+
+    demo.load(restore, None, [picker])
 
 
 def _wire_address(wb, demo, tabs, runs, data, run_openers: list) -> None:
@@ -135,10 +158,9 @@ def build_ui(wb: Workbench) -> gr.Blocks:
 
         # Data → Train with the chosen dataset.
         def use_dataset(dataset_id, task):
-            if not dataset_id:
-                raise gr.Error("Pick a dataset first (click its row).")
+            dataset_id, task = data_tab.dataset_to_train(wb, dataset_id, task)
             choices = train_tab.dataset_choices(wb, task)
-            return gr.Tabs(selected="train"), task, gr.update(choices=choices, value=dataset_id.strip())
+            return gr.Tabs(selected="train"), task, gr.update(choices=choices, value=dataset_id)
 
         data.use_dataset.click(lambda: None, None, [train.clone_of])
         data.use_dataset.click(use_dataset, [data.selected_dataset, data.task], [tabs, train.task, train.dataset])
@@ -179,4 +201,5 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
         best_opened = _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
         _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened])
+        _wire_compared(wb, demo, compare["picker"])
     return quiet_user_errors(demo)

@@ -24,8 +24,10 @@ PICKER_LIMIT = 200
 
 
 def run_choices(wb) -> list[tuple[str, int]]:
-    """The most recent runs for the picker (the picker is a search box; 200 is plenty to scroll)."""
-    items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0))
+    """The most recent training runs for the picker (the picker is a search box; 200 is plenty to scroll).
+    Prediction, evaluation and export jobs have no curves or config of their own to compare: they are left out."""
+    items, _ = _items_and_total(runs_service.list_runs(wb, order_by="-created_at", limit=PICKER_LIMIT, offset=0,
+                                                       kind="train"))
     return [fmt.run_choice({**run, "name": fmt.short_run_name(run)}) for run in map(fmt.as_dict, items)]
 
 
@@ -327,16 +329,18 @@ def _build_runs() -> _Runs:
         refresh = gr.Button("↻ runs", size="sm", scale=0, min_width=80)
         go = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-go")
     message = gr.Markdown(elem_id="compare-message")
-    metrics = gr.Dataframe(label="Final metrics", interactive=False, elem_id="compare-metrics")
+    # the tables stay hidden until they have rows: an empty table without columns is headed "1 2 3"
+    metrics = gr.Dataframe(label="Final metrics", interactive=False, elem_id="compare-metrics", visible=False)
     verdict = gr.Markdown(elem_id="compare-significance")
     with gr.Row():
         with gr.Column():
             diff = gr.Dataframe(label="Configuration: only what differs", interactive=False, wrap=True,
-                                elem_id="compare-diff")
+                                elem_id="compare-diff", visible=False)
         with gr.Column():
             curve = gr.Dropdown([], label="Curve", elem_id="compare-curve")
             overlay = gr.HTML(elem_id="compare-plot")
-    per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False)
+    per_class = gr.Dataframe(label="Per class / entity, side by side", interactive=False, visible=False,
+                             elem_id="compare-per-class")
     return _Runs(picker, refresh, go, message, metrics, verdict, diff, curve, overlay, per_class, gr.State({}))
 
 
@@ -350,7 +354,8 @@ def _wire_runs(wb, runs: _Runs):
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
         first = result.curve_names[0] if result.curve_names else None
-        return (result.message, result.metrics, result.significance, result.diff, result.per_class,
+        return (result.message, shown_table(result.metrics), result.significance, shown_table(result.diff),
+                shown_table(result.per_class),
                 gr.update(choices=result.curve_names, value=first), overlay_svg(result.curves, first), result.curves)
 
     runs.go.click(on_compare, [runs.picker], [runs.message, runs.metrics, runs.verdict, runs.diff, runs.per_class,
@@ -388,12 +393,13 @@ def _build_test_sets() -> _TestSets:
         refresh = gr.Button("↻", size="sm", scale=0, min_width=60, elem_id="compare-test-set-refresh")
         evaluate = gr.Button("Evaluate these runs on this test set", scale=2, elem_id="compare-evaluate")
     message = gr.Markdown(elem_id="compare-test-set-message")
-    metrics = gr.Dataframe(label="Scores on the test set", interactive=False, elem_id="compare-test-metrics")
+    metrics = gr.Dataframe(label="Scores on the test set", interactive=False, elem_id="compare-test-metrics",
+                           visible=False)
     with gr.Row():
         metric = gr.Dropdown([], label="Metric", elem_id="compare-test-metric", scale=1)
         bars = gr.HTML(elem_id="compare-test-plot")
     per_class = gr.Dataframe(label="Per class / entity on the test set (F1)", interactive=False,
-                             elem_id="compare-test-per-class")
+                             elem_id="compare-test-per-class", visible=False)
     return _TestSets(picker, refresh, evaluate, message, metrics, metric, bars, per_class, gr.State({}))
 
 
@@ -417,20 +423,30 @@ def test_set_values(wb, dataset_id: str | None) -> tuple:
 def _wire_test_sets(wb, parts: _TestSets, runs_picker: gr.Dropdown) -> None:
     outputs = [parts.message, parts.metrics, parts.metric, parts.bars, parts.per_class, parts.scores]
 
+    def shown(values: tuple) -> tuple:  # its tables (2nd and 5th) hidden while empty
+        message, metrics, metric, bars, per_class, scores = values
+        return message, shown_table(metrics), metric, bars, shown_table(per_class), scores
+
     def on_test_set(dataset_id):
-        return test_set_values(wb, dataset_id)
+        return shown(test_set_values(wb, dataset_id))
 
     def on_refresh_test_sets(dataset_id):
-        return refresh_test_sets(wb, dataset_id), *test_set_values(wb, dataset_id)
+        return refresh_test_sets(wb, dataset_id), *shown(test_set_values(wb, dataset_id))
 
     def on_evaluate_runs(run_ids, dataset_id):
-        return evaluate_selected(wb, run_ids, dataset_id), *test_set_values(wb, dataset_id)[1:]
+        return evaluate_selected(wb, run_ids, dataset_id), *shown(test_set_values(wb, dataset_id))[1:]
 
     parts.picker.input(on_test_set, [parts.picker], outputs)
     parts.refresh.click(on_refresh_test_sets, [parts.picker], [parts.picker, *outputs])
     parts.evaluate.click(on_evaluate_runs, [runs_picker, parts.picker], outputs)
     parts.metric.change(lambda name, scores: metric_bars(scores, name), [parts.metric, parts.scores], [parts.bars],
                         show_progress="hidden")
+
+
+def shown_table(frame: Any) -> Any:
+    """A table's update that shows it only when it has rows: an empty one without columns is headed "1 2 3"."""
+    rows = 0 if frame is None else len(frame)
+    return gr.update(value=frame if rows else None, visible=bool(rows))
 
 
 def _as_id(value: Any) -> int | None:

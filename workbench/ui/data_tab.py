@@ -49,6 +49,7 @@ class DataView:
     ok: bool
     subtokens_title: str = ""
     label_count: int = 0  # labels in the file; the chart shows at most LABEL_BARS bars
+    lengths_title: str = plots.LENGTH_TITLE  # says so when the histogram stops at p99
 
 
 def _columns_arg(text: str, pair: str, label: str, separator: str) -> Any:
@@ -120,7 +121,8 @@ def check_file(wb, path: str | None, task: str, file_format: str = AUTO, text: s
     return DataView(_summary(report, name), fmt.problems_rows(report.get("warnings") or []), preview,
                     plots.label_distribution(report.get("labels"), top=LABEL_BARS), plots.token_length_frame(stats),
                     plots.token_length_caption(stats), subtokens, detected, mapping, True,
-                    subtoken_title(preview_rows) if subtokens else "", len(report.get("labels") or {}))
+                    subtoken_title(preview_rows) if subtokens else "", len(report.get("labels") or {}),
+                    plots.token_length_title(stats))
 
 
 def validation_view(view: DataView, path: str | None) -> tuple[str, list[list[Any]], pd.DataFrame]:
@@ -178,8 +180,9 @@ def dataset_rows(wb) -> list[list[Any]]:
 
 
 def import_file(wb, path: str | None, task: str, file_format: str, text: str, pair: str, label: str,
-                separator: str, name: str, validation_file: str | None, fraction: float, seed: int) -> str:
-    """Import the checked file; returns a status line (problems raise, ``on_import`` shows them)."""
+                separator: str, name: str, validation_file: str | None, fraction: float, seed: int) -> tuple[str, str]:
+    """Import the checked file; returns a status line and the stored dataset's id (problems raise, ``on_import``
+    shows them)."""
     if not path:
         raise gr.Error("Upload a file first.")
     summary = data_service.import_dataset(
@@ -190,7 +193,19 @@ def import_file(wb, path: str | None, task: str, file_format: str, text: str, pa
     s = fmt.as_dict(summary)
     verb = "Already stored as" if s.get("reused") else "Imported as"
     return (f"✔ {verb} **{s.get('name')}** (`{s.get('id')}`): {s.get('train')} train / "
-            f"{s.get('validation')} validation examples. Next: the **Train** tab.")
+            f"{s.get('validation')} validation examples. Next: **Train on this dataset** below.", str(s.get("id")))
+
+
+def dataset_to_train(wb, selected: str | None, task: str) -> tuple[str, str]:
+    """(dataset id, task) for **Train on this dataset**: the selected dataset, else the only stored one (nothing
+    to choose between); with several and none selected, a ``gr.Error`` asks for a click."""
+    if (selected or "").strip():
+        return selected.strip(), task
+    stored = data_service.list_datasets(wb)
+    if len(stored) == 1:
+        only = fmt.as_dict(stored[0])
+        return str(only["id"]), str(only.get("task") or task)
+    raise gr.Error("Pick a dataset first (click its row).")
 
 
 def example_choices() -> dict[str, Path]:
@@ -212,7 +227,7 @@ class DataTab:
     import_event: Any  # the events that change the stored datasets (other tabs' pickers follow them)
     delete_event: Any
     audit: audit_panel.AuditPanel  # "Find suspicious labels"; its save is a third such event
-    selects: list  # the events that change the selected dataset (a row click, a delete): the address follows
+    selects: list  # the events that change the selected dataset (a row click, a delete, an import): the address follows
 
 
 @dataclasses.dataclass
@@ -287,8 +302,9 @@ def _build_check() -> _Check:
     problems = gr.Dataframe(headers=fmt.PROBLEM_HEADERS, label="Problems and warnings", interactive=False,
                             visible=False, wrap=True, elem_id="data-problems",
                             column_widths=["9%", "14%", "6%", "9%", "31%", "31%"])
+    # hidden until a file is checked: an empty table without columns is headed "1 2 3"
     preview = gr.Dataframe(label="Preview (first 20 records, as the trainer will read them)", interactive=False,
-                           wrap=True, max_height=360, elem_id="data-preview")
+                           wrap=True, max_height=360, elem_id="data-preview", visible=False)
     with gr.Row():
         label_plot = gr.HTML(elem_id="data-labels")
         length_plot = gr.HTML(elem_id="data-lengths")
@@ -376,11 +392,11 @@ def build(wb) -> DataTab:
                      check.length_caption, check.subtokens, source.text_col, source.pair_col, source.label_col]
     _wire_check(wb, source, check_outputs)
     _wire_validation(wb, source, imports)
-    import_event = _wire_import(wb, source, imports, stored.table)
+    import_event = _wire_import(wb, source, imports, stored)
     row_click, delete_event = _wire_stored(wb, stored)
     return DataTab(datasets=stored.table, use_dataset=stored.use, selected_dataset=stored.selected,
                    task=source.task, import_event=import_event, delete_event=delete_event, audit=audit,
-                   selects=[row_click, delete_event])
+                   selects=[row_click, delete_event, import_event])
 
 
 def _check_values(view: DataView, keep_mapping: bool) -> tuple:
@@ -396,7 +412,7 @@ def _check_values(view: DataView, keep_mapping: bool) -> tuple:
             gr.update(value=view.preview, visible=bool(len(view.preview))),
             plots.bar_chart_svg(view.labels, "label", "count", label_chart_title(view), x_title="label",
                                 empty="Upload a file to see its labels."),
-            plots.bar_chart_svg(view.lengths, "tokens", "count", "Token lengths (red: cut at max length)",
+            plots.bar_chart_svg(view.lengths, "tokens", "count", view.lengths_title,
                                 colour_by="part", x_title="tokens per example",
                                 colours={plots.KEPT: "#2563eb", plots.TRUNCATED: "#dc2626"},
                                 empty="Token lengths appear here."),
@@ -448,15 +464,17 @@ def _wire_validation(wb, source: _Source, imports: _Import) -> None:
     imports.validation_file.clear(on_validation, validation_inputs, validation_outputs)
 
 
-def _wire_import(wb, source: _Source, imports: _Import, datasets: gr.Dataframe) -> Any:
-    """The import button; returns its event (the stored datasets change after it)."""
+def _wire_import(wb, source: _Source, imports: _Import, stored: _Stored) -> Any:
+    """The import button; returns its event (the stored datasets change after it, and the new one is selected, so
+    **Train on this dataset** takes it at once)."""
     def on_import(path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_):
-        """Import; a refusal is shown in the import status with its problems, the stored table stays as it is."""
+        """Import; a refusal is shown in the import status with its problems, the stored table and the selection
+        stay as they are."""
         path = received_file(path, "training file")
         validation = received_file(validation, "validation file")
         try:
-            return import_file(wb, path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_), \
-                dataset_rows(wb)
+            status, dataset_id = import_file(wb, path, task_, fmt_, t, p, l, s, name_, validation, fraction_, seed_)
+            return status, dataset_rows(wb), dataset_id
         except DataValidationError as exc:
             message = "Nothing was imported. " + "; ".join(str(p) for p in exc.problems[:5])
             detail = fmt.problems_markdown(exc.problems)
@@ -466,13 +484,13 @@ def _wire_import(wb, source: _Source, imports: _Import, datasets: gr.Dataframe) 
             message, detail = str(exc), ""
         log.warning("import refused: %s", " ".join(message.split()))
         if detail:
-            return f"✘ Nothing was imported: fix these problems and import again.\n\n{detail}", gr.skip()
-        return f"✘ Nothing was imported: {fmt.ui_message(message)}", gr.skip()
+            return f"✘ Nothing was imported: fix these problems and import again.\n\n{detail}", gr.skip(), gr.skip()
+        return f"✘ Nothing was imported: {fmt.ui_message(message)}", gr.skip(), gr.skip()
 
     return imports.button.click(on_import, [source.upload, source.task, source.file_format, source.text_col,
                                             source.pair_col, source.label_col, source.separator, imports.name,
                                             imports.validation_file, imports.fraction, imports.seed],
-                                [imports.status, datasets])
+                                [imports.status, stored.table, stored.selected])
 
 
 def _wire_stored(wb, stored: _Stored) -> tuple[Any, Any]:

@@ -48,12 +48,21 @@ def report_rows(report: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for row in reference + list(report.get("variants") or []):
         size = row["bytes"] / 1e6 if isinstance(row.get("bytes"), (int, float)) else None
-        status = str(row.get("status") or "")
-        rows.append([row.get("name") or "?", f"{status} ({row['reason']})" if row.get("reason") else status,
+        # the status alone: a reason is a sentence, and in the cell it pushed the speed columns out of sight
+        # (``report_notes`` says it under the table)
+        rows.append([row.get("name") or "?", str(row.get("status") or ""),
                      fmt.MISSING if row.get("name") == "pytorch" else _cell(row.get("agreement"), ".2%"),
                      _cell(row.get("metric"), ".4f"), _cell(row.get("p50_ms"), ".2f"), _cell(row.get("p95_ms"), ".2f"),
                      _cell(row.get("rows_per_s"), ",.1f"), _cell(size, ".1f")])
     return rows
+
+
+def report_notes(report: dict[str, Any] | None) -> str:
+    """Why a variant is marked ``check before use`` or ``failed``, one line each (HTML), for under the table."""
+    lines = [f"<b>{fmt.html.escape(str(row.get('name') or '?'))}</b> — {fmt.html.escape(str(row.get('status')))}: "
+             f"{fmt.html.escape(str(row['reason']))}"
+             for row in (report or {}).get("variants") or [] if isinstance(row, dict) and row.get("reason")]
+    return "<br>".join(lines)
 
 
 def state_text(job: Optional[dict[str, Any]]) -> str:
@@ -90,7 +99,7 @@ def export_values(wb, rid: Any) -> ExportValues:
     if run["kind"] == "export":
         job = export_service.get_export(wb, rid)
         note = f"This is export job #{rid} of run #{job['run_id']}. Open run #{job['run_id']} to export it again."
-        return ExportValues(note, False, state_text(job), report_rows(job["report"]), key)
+        return ExportValues(note, False, _with_notes(state_text(job), job), report_rows(job["report"]), key)
     if run["kind"] != "train":
         return ExportValues(f"Run #{rid} is a {run['kind']} job: export the training run whose model it used.",
                             False, "", [], key)
@@ -100,7 +109,12 @@ def export_values(wb, rid: Any) -> ExportValues:
         return ExportValues(f"Run #{rid} is {run['status']}: only a succeeded training run has a model to export.",
                             False, state_text(job) if job else "", rows, key)
     pending = job is not None and job["status"] in export_service.PENDING  # one export of a run at a time
-    return ExportValues(ABOUT, not pending, state_text(job), rows, key)
+    return ExportValues(ABOUT, not pending, _with_notes(state_text(job), job), rows, key)
+
+
+def _with_notes(state: str, job: Optional[dict[str, Any]]) -> str:
+    notes = report_notes(job.get("report")) if job else ""
+    return f"{state}<p class='wb-muted' id='run-export-notes'>{notes}</p>" if notes else state
 
 
 def queue_export(wb, rid: Any, int8: bool) -> str:

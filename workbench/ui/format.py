@@ -528,9 +528,33 @@ COST_NAMES = {
 BASELINE_SCORES = {"accuracy": "accuracy", "f1_macro": "F1 (macro)"}
 
 
+# Names for the keys the details table shows most (the rest: ``readable_key``'s plain words).
+KEY_NAMES = {
+    "ece": "Calibration error (ECE)", "ece_calibrated": "Calibration error, calibrated (ECE)",
+    "temperature": "Temperature (calibration)", "model_run": "Model of run", "batch_size": "Batch size",
+    "max_length": "Max length (tokens)", "lr": "Learning rate", "learning_rate": "Learning rate",
+    "f1_macro": "F1 (macro)", "roc_auc": "ROC AUC", "p50_ms": "p50 latency (ms)", "p95_ms": "p95 latency (ms)",
+    "tfidf_logreg": "TF-IDF + logistic regression", "nsp": "next-sentence prediction", "mlm": "masked LM",
+}
+
+
+def readable_key(key: str) -> str:
+    """A recorded key as people read it: ``ece`` → ``Calibration error (ECE)``, ``verdict.top_label`` →
+    ``Verdict › top label`` (underscores become spaces, the first word capitalised)."""
+    parts = []
+    for index, part in enumerate(str(key).split(".")):
+        word = KEY_NAMES.get(part) or part.replace("_", " ")
+        parts.append(word[:1].upper() + word[1:] if index == 0 else word)
+    return " › ".join(parts)
+
+
 def _readable_value(key: str, value: Any) -> str:
-    if key.endswith("seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return format_metric(value)
+    if key.endswith("seconds"):
         return f"{value:.1f}s" if value < 10 else format_duration(value)
+    if key.endswith("per_second"):  # a speed, not a score: "13", "0.25", not "13.4100"
+        return rate_text(value) if value else "0"
     return format_metric(value)
 
 
@@ -553,10 +577,12 @@ def readable_metric_rows(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
 
 
 def metric_detail_rows(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
-    """Everything else the run recorded, by its own key (nested ones dotted), for the collapsed details."""
+    """Everything else the run recorded, under its key in plain words (``readable_key``; nested ones joined by
+    ›), for the collapsed details."""
     shown = {*SCORE_NAMES, *COST_NAMES, "verdict.status", "verdict.message",
              *(f"baselines.{name}.{score}" for name in baselines.NAMES for score in BASELINE_SCORES)}
-    return [[key, short_value(value, 200) if isinstance(value, (list, str)) else format_metric(value)]
+    return [[readable_key(key), short_value(value, 200) if isinstance(value, (list, str)) else
+             _readable_value(key, value)]
             for key, value in sorted(flatten(metrics or {}).items()) if key not in shown]
 
 

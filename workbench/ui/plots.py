@@ -143,6 +143,32 @@ def token_length_frame(stats: Mapping[str, Any] | None) -> pd.DataFrame:
     return frame.astype({"tokens": "str", "low": "float64", "count": "int64", "part": "str"})
 
 
+LENGTH_TITLE = "Token lengths (red: cut at max length)"
+MANY_CUT = 0.2  # from this share of examples cut, the caption offers a longer max length
+MAX_LENGTHS = (128, 256, 384, 512)  # what it offers: the shortest of these that keeps 95 % of examples whole
+
+
+def token_length_title(stats: Mapping[str, Any] | None) -> str:
+    """The histogram's title, saying so when its last bar gathers the longest examples beyond p99."""
+    clipped = (stats or {}).get("clipped_at")
+    if not clipped:
+        return LENGTH_TITLE
+    return f"{LENGTH_TITLE} · clipped at p99: the last bar holds every example of {clipped:,}+ tokens"
+
+
+def longer_max_length(stats: Mapping[str, Any] | None) -> int | None:
+    """A max length to offer when at least ``MANY_CUT`` of the examples are cut: the shortest of ``MAX_LENGTHS``
+    above the current one that holds p95 (else the longest, 512), None when none is longer or few are cut."""
+    stats = stats or {}
+    share, current, p95 = stats.get("truncated_share"), stats.get("max_length"), stats.get("p95")
+    if not isinstance(share, (int, float)) or share < MANY_CUT or not isinstance(current, int):
+        return None
+    longer = [n for n in MAX_LENGTHS if n > current]
+    if not longer:
+        return None
+    return next((n for n in longer if isinstance(p95, (int, float)) and n >= p95), longer[-1])
+
+
 def token_length_caption(stats: Mapping[str, Any] | None) -> str:
     """One line under the histogram: max length, share truncated, mean/p95, sampling."""
     stats = stats or {}
@@ -158,7 +184,15 @@ def token_length_caption(stats: Mapping[str, Any] | None) -> str:
             parts.append(f"{label} {value:.0f}")
     if stats.get("sampled"):
         parts.append(f"measured on a sample of {stats.get('sample_size', stats['sampled'])}")
-    return " · ".join(parts)
+    if stats.get("clipped_at"):
+        parts.append(f"the chart stops at p99 ({stats.get('p99')}); its last bar holds the longer examples")
+    line = " · ".join(parts)
+    offer = longer_max_length(stats)
+    if offer:
+        line += (f"  \n⚠ Many examples are cut: a **max length of {offer}** would keep "
+                 f"{'95 % of them' if offer >= (stats.get('p95') or 0) else 'more of them'} whole "
+                 "(set *Max length* above; longer inputs train slower)")
+    return line
 
 
 def curve_points(curves: Any) -> list[tuple[str, int, float]]:

@@ -189,6 +189,15 @@ def runtime_update(wb, rid: Any, current: Optional[str] = None):
     return gr.update(choices=choices, value=current if current in [v for _, v in choices] else "pytorch")
 
 
+def _dataset_text(wb, dataset_id: str) -> str:
+    """``**sms-test** (3f9a0c)``: a stored dataset by its name, its id beside it."""
+    try:
+        name = fmt.as_dict(data_service.get_dataset(wb, dataset_id)).get("name")
+    except WorkbenchError:
+        return dataset_id
+    return f"**{name}** ({dataset_id})" if name else dataset_id
+
+
 def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pair: str, output_format: str,
                      dataset_id: Optional[str] = None, runtime: Optional[str] = None) -> str:
     """Queue a prediction job over the uploaded file (else the picked stored dataset) with the selected run's model
@@ -201,8 +210,8 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     if path is None and (dataset_id or "").strip():  # a pick from the list: a stored dataset, never a server path
         job_id = predict_service.submit_dataset_prediction(wb, int(run["id"]), dataset_id.strip(),
                                                            output_format=output_format or "csv", runtime=runtime)
-        return (f"✔ Queued prediction job #{job_id} for dataset {dataset_id.strip()}: it appears in the table "
-                "below, and its file can be downloaded there once it has succeeded.")
+        return (f"✔ Queued prediction job #{job_id} for dataset {_dataset_text(wb, dataset_id.strip())}: it appears "
+                "in the table below, and its file can be downloaded there once it has succeeded.")
     if path is None:
         raise gr.Error("Upload the file to label first (CSV, TSV, JSONL, text, CoNLL or SQuAD JSON), or pick a "
                        "stored dataset.")

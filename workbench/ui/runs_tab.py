@@ -17,14 +17,16 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
+from jobs.states import CANCELLING, QUEUED, RUNNING
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
-from workbench.ui import export_panel, plots, predict_panel
+from workbench.ui import export_panel, plots, polling, predict_panel
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 25
-POLL_SECONDS = 2.0
+POLL_SECONDS = polling.POLL_SECONDS
+MOVING = frozenset({QUEUED, RUNNING, CANCELLING})  # states that change without anyone touching the page
 ALL = "all"
 STATUS_FILTERS = (ALL, "queued", "running", "succeeded", "failed", "cancelled", "pruned")
 STATUS_COLUMN, ETA_COLUMN = fmt.RUN_TABLE_HEADERS.index("Status"), fmt.RUN_TABLE_HEADERS.index("ETA")
@@ -220,6 +222,28 @@ def confusion_parts(tables: dict[str, Any]) -> tuple[list[str], list[list[float]
     return list(tables.get("labels") or []), list(confusion)
 
 
+def errors_intro(kind: Optional[str]) -> str:
+    """The Errors tab's opening line: a training run lists its validation examples, an evaluation job the test
+    set it scored."""
+    examples = "Test examples" if kind == "evaluate" else "Validation examples"
+    return (f"{examples} the model got wrong, likeliest wrong label first: **label quality** is the model's "
+            "probability for the given label. ⚑ marks a label confident learning calls suspicious (the prediction "
+            "is as sure as the model usually is of that class): check the data before the model. Inputs are "
+            "shortened; the full records are in the run's predictions.jsonl. The Data tab's *Find suspicious "
+            "labels* checks every example.")
+
+
+def run_kind(wb, run_id: Any) -> Optional[str]:
+    """The selected run's kind (train, predict, evaluate, export), None when none is selected or it is gone."""
+    rid = selected_run(run_id)
+    if rid is None:
+        return None
+    try:
+        return fmt.as_dict(runs_service.get_run(wb, rid)).get("kind")
+    except WorkbenchError:
+        return None
+
+
 def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list[Any]]:
     """Validation examples the model got wrong: gold, predicted, score, then the (truncated) input.
 
@@ -257,6 +281,20 @@ def error_rows(predictions: list[dict[str, Any]], limit: int = 200) -> list[list
     return rows
 
 
+def _test_set_named(wb, metrics: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """An evaluation's metrics with its test set by name (``sms-test (3f9a0c)``), not by its bare id."""
+    dataset_id = (metrics or {}).get("test_set")
+    if not dataset_id:
+        return metrics
+    from workbench.services import datasets as data_service
+
+    try:
+        name = fmt.as_dict(data_service.get_dataset(wb, str(dataset_id))).get("name")
+    except WorkbenchError:  # deleted since: its id is all there is
+        return metrics
+    return {**metrics, "test_set": f"{name} ({dataset_id})" if name and name != dataset_id else dataset_id}
+
+
 def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     """Read one run (status, curves, log tail, final tables) through the runs service.
 
@@ -286,7 +324,8 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
     return RunView(
         key=key, header=header, status=status,
         loss=plots.curves_frame(curves, loss=True), metrics_curves=plots.curves_frame(curves, loss=False),
-        log_tail=log_text or "(no log yet)", final_metrics=fmt.readable_metric_rows_with_ci(run.get("metrics")),
+        log_tail=log_text or "(no log yet)",
+        final_metrics=fmt.readable_metric_rows_with_ci(_test_set_named(wb, run.get("metrics"))),
         metric_details=fmt.metric_detail_rows(run.get("metrics")),
         per_class=per_class_rows(tables), confusion=confusion_note(tables) + plots.confusion_html(labels, matrix) + score_pictures(tables),
         errors=error_rows(predictions), spec=json.dumps(run.get("spec") or {}, indent=2, default=str),
@@ -330,6 +369,20 @@ def tick_values(wb, status: str, search: str, sort: str, page: int, rid: Any, la
     return (rows, caption, *detail_values(wb, rid, last_key))
 
 
+def poll_values(wb, status: str, search: str, sort: str, page: int, rid: Any, last_key: str, rows_key: str,
+                interval: Any) -> tuple:
+    """One timer tick: ``tick_values`` with the table sent only when it changed (``rows_key`` fingerprints what
+    the page shows), then the new fingerprint and the timer's next interval: every 2 s while a run or job is
+    queued or running or something changed, backing off to 30 s while nothing moves (``workbench.ui.polling``)."""
+    rows, caption, *details = tick_values(wb, status, search, sort, page, rid, last_key)
+    key = polling.content_key(rows, caption)
+    changed = key != rows_key or details[-1] != last_key
+    counts = runs_service.count_runs(wb)
+    active = any(counts.get(state, 0) for state in MOVING)
+    return (*([rows, caption] if key != rows_key else [gr.skip(), gr.skip()]), *details, key,
+            polling.timer_update(interval, changed, active))
+
+
 def run_spec(wb, run_id: int | None) -> dict[str, Any]:
     """The spec of a run, for clone-and-edit (``gr.Error`` when no run is selected)."""
     run_id = selected_run(run_id)
@@ -371,6 +424,16 @@ def playground_rows(wb, run_id: Any) -> list[list[Any]]:
 def runtime_choices(wb, run_id: Any) -> list[tuple[str, str]]:
     """What can serve the selected run, as (label, runtime): ``pytorch`` and the variants of its newest export."""
     return predict_panel.runtime_choices(wb, selected_run(run_id))
+
+
+def safe_runtime(wb, run_id: Any) -> str:
+    """What "Serve it by" offers first: a variant that passed its export checks, else ``pytorch``."""
+    rid = selected_run(run_id)
+    if rid is None:
+        return "pytorch"
+    from workbench.services import predictions as predict_service
+
+    return predict_service.safe_runtime(wb, rid)
 
 
 def publish_playground(wb, run_id: Any, with_token: bool, runtime: str = "pytorch") -> str:
@@ -588,6 +651,7 @@ class _Details:
     predict: predict_panel.PredictPanel
     export: export_panel.ExportPanel
     share: Optional[_Share]
+    errors_note: gr.Markdown  # "Validation examples …", or "Test examples …" for an evaluation job
 
     @property
     def outputs(self) -> list:
@@ -616,12 +680,7 @@ def _build_details(can_publish: bool) -> _Details:
                                      elem_id="run-per-class")
             confusion = gr.HTML(label="Confusion matrix", elem_id="run-confusion")
         with gr.Tab("Errors", id="errors"):
-            gr.Markdown("Validation examples the model got wrong, likeliest wrong label first: **label quality** "
-                        "is the model's probability for the given label. ⚑ marks a label confident learning "
-                        "calls suspicious (the prediction is as sure as the model usually is of that class): "
-                        "check the data before the model. Inputs are shortened; the full records are in the "
-                        "run's predictions.jsonl. The Data tab's *Find suspicious labels* checks every example.",
-                        elem_classes="wb-muted")
+            errors_note = gr.Markdown(errors_intro("train"), elem_classes="wb-muted", elem_id="run-errors-note")
             errors = gr.Dataframe(headers=ERROR_HEADERS, interactive=False, wrap=True, max_height=420,
                                   elem_id="run-errors", column_widths=["14%", "14%", "7%", "15%", "50%"])
         with gr.Tab("Spec", id="spec"):
@@ -631,7 +690,7 @@ def _build_details(can_publish: bool) -> _Details:
         export = export_panel.build_panel()
         share = _build_share() if can_publish else None
     return _Details(header, detail_tabs, loss_plot, metric_plot, log_box, final_metrics, per_class, confusion,
-                    errors, spec, metric_details, predict, export, share)
+                    errors, spec, metric_details, predict, export, share, errors_note)
 
 
 def build(wb) -> RunsTab:
@@ -648,6 +707,8 @@ def build(wb) -> RunsTab:
     row_click = _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
     _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
     opens = [row_click, *_wire_actions(wb, actions)]
+    actions.run_id.change(lambda rid: errors_intro(run_kind(wb, rid)), [actions.run_id], [details.errors_note],
+                          show_progress="hidden")
     predict_panel.wire(wb, details.predict, actions.run_id, timer)
     export_panel.wire(wb, details.export, actions.run_id, timer)
     if details.share is not None:
@@ -667,11 +728,18 @@ def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list
                   timer: gr.Timer) -> Any:
     """Each tick reads the page and the selected run again; a filter reads the page; a row click selects its run
     (returns that event)."""
-    def tick(status_, search_, sort_, page_, rid, last_key):
-        return tick_values(wb, status_, search_, sort_, page_, rid, last_key)
+    rows_key = gr.State("")  # what the table shows, fingerprinted (polling.content_key) by the last tick
 
-    tick_outputs = [listing.table, listing.caption, *detail_outputs, shown_key]
-    timer.tick(tick, [*listing.inputs, run_id, shown_key], tick_outputs, show_progress="hidden", queue=False)
+    def tick(status_, search_, sort_, page_, rid, last_key, last_rows, interval):
+        return poll_values(wb, status_, search_, sort_, page_, rid, last_key, last_rows, interval)
+
+    tick_outputs = [listing.table, listing.caption, *detail_outputs, shown_key, rows_key, timer]
+    timer.tick(tick, [*listing.inputs, run_id, shown_key, rows_key, timer], tick_outputs, show_progress="hidden",
+               queue=False)
+    # A user's own move (a filter, a row click) is answered now and the polling speeds up again.
+    for control in [*listing.inputs, run_id]:
+        control.change(lambda: gr.Timer(value=polling.POLL_SECONDS), None, [timer], show_progress="hidden",
+                       queue=False)
     for control in listing.inputs:
         control.change(lambda *a: list_page(wb, *a), listing.inputs, [listing.table, listing.caption],
                        show_progress="hidden")
@@ -769,7 +837,7 @@ def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> N
         runtimes = runtime_choices(wb, rid)
         return (gr.skip() if message is None else message, rows,
                 gr.update(choices=slugs, value=slugs[0] if slugs else None), gr.update(interactive=bool(slugs)),
-                gr.update(choices=runtimes, value="pytorch"), gr.update(choices=runtimes, value=runtimes[-1][1]),
+                gr.update(choices=runtimes, value="pytorch"), gr.update(choices=runtimes, value=safe_runtime(wb, rid)),
                 gr.update(interactive=bool(slugs)))
 
     share_outputs = [share.status, share.listing, share.slug, share.unpublish, share.runtime, share.new_runtime,

@@ -21,9 +21,10 @@ from jobs.spec_files import load_json, load_yaml
 from jobs.sweep_spec import PRUNERS, SweepSpec, default_space
 from storage.models import SWEEP_RUNNING
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
 from workbench.ui import format as fmt
-from workbench.ui import runs_tab, sweep_plots
+from workbench.ui import polling, runs_tab, sweep_plots
 
 TICK_SECONDS = 3.0
 # Then one column per searched parameter (trials_frame).
@@ -84,13 +85,22 @@ def sweep_choices(wb) -> list[tuple[str, int]]:
              s["id"]) for s in sweep_service.list_sweeps(wb)]
 
 
-def tick_values(wb, sweep_id: Optional[int], shown_choices: Optional[list]) -> tuple:
+def tick_values(wb, sweep_id: Optional[int], shown_choices: Optional[list], shown_view: str = "",
+                interval: Any = TICK_SECONDS) -> tuple:
     """What one timer tick sends: the picker's choices (only when a label changed: a sweep's status and
-    counts are in it, "running · 1/4" must become "finished · 4/4"), the view of the picked sweep, and the
-    choices now shown (kept in a ``gr.State`` for the next tick)."""
+    counts are in it, "running · 1/4" must become "finished · 4/4"), the view of the picked sweep (only when
+    it changed: ``shown_view`` fingerprints the one shown), the choices and the view's fingerprint now shown
+    (kept in ``gr.State``s for the next tick), and the timer's next interval: every few seconds while a sweep
+    has a trial queued or running, backing off while nothing changes (``workbench.ui.polling``)."""
     choices = sweep_choices(wb)
     picker = gr.skip() if choices == shown_choices else gr.update(choices=choices)
-    return (picker, *view_values(wb, sweep_id), choices)
+    view = view_values(wb, sweep_id)
+    key = polling.content_key(sweep_id, *view)
+    changed = choices != shown_choices or key != shown_view
+    counts = runs_service.count_runs(wb)
+    active = any(counts.get(state, 0) for state in runs_tab.MOVING)
+    shown = view if key != shown_view else [gr.skip()] * len(view)
+    return (picker, *shown, choices, key, polling.timer_update(interval, changed, active, low=TICK_SECONDS))
 
 
 def _value(value: Any) -> str:
@@ -325,9 +335,9 @@ def build_view(wb) -> SweepView:
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 
-    def on_tick(sweep_id, shown_choices):
+    def on_tick(sweep_id, shown_choices, shown_view_key, interval):
         try:
-            return tick_values(wb, sweep_id, shown_choices)
+            return tick_values(wb, sweep_id, shown_choices, shown_view_key, interval)
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 
@@ -346,8 +356,11 @@ def build_view(wb) -> SweepView:
                   [action])
     confirm.click(lambda sweep_id: confirm_top_text(wb, sweep_id), [picker], [action]).then(show, [picker], outputs)
     shown_choices = gr.State(None)  # the picker's choices as the last tick sent them
-    gr.Timer(TICK_SECONDS).tick(on_tick, [picker, shown_choices], [picker, *outputs, shown_choices],
-                                show_progress="hidden")
+    shown_view = gr.State("")  # the view's fingerprint as the last tick sent it
+    timer = gr.Timer(TICK_SECONDS)
+    timer.tick(on_tick, [picker, shown_choices, shown_view, timer],
+               [picker, *outputs, shown_choices, shown_view, timer], show_progress="hidden")
+    picker.change(lambda: gr.Timer(value=TICK_SECONDS), None, [timer], show_progress="hidden", queue=False)
 
     def on_load(current=None):
         choices = sweep_choices(wb)

@@ -157,7 +157,8 @@ def preset_lines(wb, spec: RunSpec) -> list[str]:
             lines.append(f"- {marker}{preset}{marker}: SetFit, {est['steps']:,} steps of text pairs on {used} "
                          f"training examples — about {fmt.estimate_range(est)}")
             continue
-        lines.append(f"- {marker}{preset}{marker}: {est['epochs']:g} epoch(s), {est['steps']:,} steps on {used} "
+        done = hyperparameters.steps_and_epochs(est["steps"], est["epochs"], bool(spec.train.max_steps))
+        lines.append(f"- {marker}{preset}{marker}: {done} on {used} "
                      f"training examples, up to {est['evaluations']} evaluation(s) of "
                      f"{est['validation_examples']:,} — about {fmt.estimate_range(est)}")
     return lines

@@ -1,0 +1,45 @@
+"""How often an open page asks the server again: every ``POLL_SECONDS`` while something is moving, less and less
+often while nothing changes (an idle tab cost the server and the browser a refresh every 2 seconds for nothing)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import gradio as gr
+
+POLL_SECONDS = 2.0  # while a run is queued or running, or the last tick changed something
+MAX_POLL_SECONDS = 30.0  # an idle page still notices a run started elsewhere (the CLI, another tab) within this
+
+
+def next_interval(current: Any, changed: bool, active: bool, low: float = POLL_SECONDS) -> float:
+    """The timer's next interval: ``low`` when something changed or is queued or running, else twice the
+    current one, up to ``MAX_POLL_SECONDS``."""
+    if changed or active:
+        return low
+    try:
+        current = float(current)
+    except (TypeError, ValueError):
+        current = low
+    return min(max(current, low) * 2, MAX_POLL_SECONDS)
+
+
+def timer_update(current: Any, changed: bool, active: bool, low: float = POLL_SECONDS) -> Any:
+    """A ``gr.Timer`` update to the next interval, or ``gr.skip()`` when it stays (setting it restarts the count)."""
+    interval = next_interval(current, changed, active, low)
+    try:
+        same = float(current) == interval
+    except (TypeError, ValueError):
+        same = False
+    return gr.skip() if same else gr.Timer(value=interval)
+
+
+def content_key(*values: Any) -> str:
+    """A short fingerprint of what a tick would send, to send it only when it changed."""
+    text = json.dumps(values, default=_plain, sort_keys=True)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+    # a DataFrame's str() elides rows ("..."): its JSON holds every cell
+    return value.to_json(orient="split") if hasattr(value, "to_json") else str(value)
