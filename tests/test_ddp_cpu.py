@@ -25,11 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobs.engine import run_training
 from jobs.progress import RecordingReporter
-from jobs.runner import SubprocessRunner
-from jobs.spec import DataSpec, RunSpec, TrainSpec
-from jobs.worker import Worker
+from jobs.queue.runner import SubprocessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+from jobs.training.engine import run_training
 from storage.context import open_workbench
 from storage.models import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from tests.queue_support import make_settings, wait_until
@@ -155,7 +155,7 @@ def _ranks_of(wb, run_id: int) -> list[psutil.Process]:
 
     def started() -> bool:
         found[:] = _process_tree(runs.get_run(wb, run_id)["pid"] or -1)
-        return len([p for p in found if "jobs.run_job" in " ".join(p.cmdline()) or "ddp_probe" in " ".join(p.cmdline())]) >= 2
+        return len([p for p in found if "jobs.process.run_job" in " ".join(p.cmdline()) or "ddp_probe" in " ".join(p.cmdline())]) >= 2
     assert wait_until(started, timeout=60, interval=0.2)
     return found
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from jobs import catalogue
+from jobs.training import catalogue
 from workbench.errors import ModelUnavailable
 
 

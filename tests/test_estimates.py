@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from jobs.spec import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
 from storage.models import Dataset, Run
 from workbench.services import estimates
 from workbench.services import runs as runs_service

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import fake_runner
-from jobs.fake_runner import InProcessRunner
-from jobs.worker import Worker
+from jobs.process import fake_runner
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
 from storage.datasets.lookup import dataset_files
 from storage.models import Run
 from tests.queue_support import fake_spec, wait_until
@@ -144,7 +144,7 @@ def test_refusals_are_shown_with_the_services_sentence(wb, uploads, tmp_path):
 
 def test_a_finished_prediction_downloads_its_rows(wb, uploads):
     if not hasattr(fake_runner, "fake_predict"):
-        pytest.skip("jobs.fake_runner.fake_predict (issue 23's fake prediction) has not landed")
+        pytest.skip("jobs.process.fake_runner.fake_predict (issue 23's fake prediction) has not landed")
     run_id = trained_run(wb)
     message = predict_panel.queue_prediction(wb, run_id, uploaded(uploads, "tickets.csv", TICKETS), "auto-detect",
                                              "", "", "csv")

@@ -31,7 +31,7 @@ def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs
                                                help="Training processes per run on the CPU (DDP, gloo; default "
                                                     "WORKBENCH_CPU_PROCS). A run spec's `procs` overrides it.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
-    from jobs.worker import Worker
+    from workbench.services.workers import Worker
     from storage.context import open_workbench
 
     if procs is not None and procs < 1:
