@@ -2,7 +2,7 @@
 
     python bench/accuracy.py [--data ../shared/data] [--only sms,trec,...]
 
-Each experiment goes through ``jobs.engine.run_training`` exactly as a user's run
+Each experiment goes through ``jobs.training.engine.run_training`` exactly as a user's run
 does; only the epochs (part of the acceptance protocol) are given. Results are
 written to bench/results/accuracy.json after every experiment.
 """
@@ -53,9 +53,9 @@ def experiments(data: Path, work: Path) -> dict:
 
 
 def run_one(name: str, task: str, paths, train_overrides: dict, lora: dict, out: Path) -> dict:
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, LoraSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
 
     train_path, validation_path = paths
     spec = RunSpec(task=task, data=DataSpec(train_path=train_path, validation_path=validation_path, name=name),

@@ -63,7 +63,7 @@ def flip(records: list[dict], share: float, seed: int) -> tuple[list[dict], set[
 
 
 def train_and_score(wb, train_path: str, test_path: str, preset: str, name: str, seed: int) -> dict:
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from workbench.services import runs
 
     spec = RunSpec(task="text-classification", name=name, train=TrainSpec(preset=preset, seed=seed),
@@ -77,8 +77,8 @@ def train_and_score(wb, train_path: str, test_path: str, preset: str, name: str,
 
 def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, preset: str, seed: int,
               seeds: list[int], limit: int | None = None) -> dict:
-    from jobs import label_issues
-    from jobs.worker import start_embedded_worker
+    from jobs.audits import confident_learning as label_issues
+    from jobs.queue.worker import start_embedded_worker
     from storage.context import open_workbench
     from storage.settings import Settings
     from workbench.services import audits, datasets
@@ -141,7 +141,7 @@ def bench_one(name: str, data: Path, work: Path, noise: float, folds: int, prese
 
 def compare_only(folder: Path, work: Path, preset: str, seeds: list[int]) -> dict:
     """Train clean / noisy / corrected again from the sets an earlier run kept (another preset)."""
-    from jobs.worker import start_embedded_worker
+    from jobs.queue.worker import start_embedded_worker
     from storage.context import open_workbench
     from storage.settings import Settings
 

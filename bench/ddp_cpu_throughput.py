@@ -31,9 +31,9 @@ GLOBAL_BATCH = 16
 
 def one_run(home: Path, train: str, dev: str, procs: int) -> dict:
     """Submit one run with ``procs`` processes and drive a worker until it ends."""
-    from jobs.catalogue import packaged_model_path
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
-    from jobs.worker import Worker
+    from jobs.queue.worker import Worker
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.catalogue import packaged_model_path
     from storage.context import open_workbench
     from storage.settings import Settings
     from workbench.services import runs

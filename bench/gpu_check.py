@@ -13,7 +13,7 @@ Three parts, each recorded in one JSON document (stdout, and ``--out``):
    scaler). Model FLOPs per token: 6 x non-embedding parameters + 12 x layers x
    hidden x sequence length (attention scores), forward and backward.
 2. ``engine``: a real run through the queue and the worker -- ``runs.submit_run``
-   then ``Worker.loop_once`` launching ``python -m jobs.run_job`` -- with
+   then ``Worker.loop_once`` launching ``python -m jobs.process.run_job`` -- with
    ``precision: bf16`` and ``precision: fp16`` on one GPU: status, samples/s as
    the engine measures it (optimisation only), MFU from it, accuracy, loss finite.
 3. ``ddp``: with two GPUs or more, the same run with ``gpus: 2`` (``accelerate
@@ -105,7 +105,7 @@ def model_folder(folder: Path, smoke: bool, model: Optional[str]) -> tuple[Path,
         return Path(model), "local weights"
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     if not (folder / "config.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
@@ -201,8 +201,8 @@ def queue_run(home: Path, model_path: Path, data: tuple[Path, Path], *, precisio
               procs: int, batch_size: int, max_steps: int, timeout: float, sample_flops: float,
               peak: Optional[float]) -> dict[str, Any]:
     """Submit one run and drive a worker until it ends: the path a user's run takes."""
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
-    from jobs.worker import Worker
+    from jobs.queue.worker import Worker
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from storage.context import open_workbench
     from storage.settings import Settings
     from workbench.services import runs
@@ -254,9 +254,9 @@ def onnx_export(model_path: Path, work: Path, device: str, validation: Path) -> 
     from jobs.export.job import run_export
     from jobs.export.spec import ExportSpec
     from jobs.predict.spec import ModelRef
+    from jobs.process.run_job import model_labels
     from jobs.progress import RecordingReporter
-    from jobs.run_job import model_labels
-    from jobs.spec import DataSpec, RunSpec
+    from jobs.specs.run import DataSpec, RunSpec
 
     spec = RunSpec(task="text-classification", model=str(model_path),
                    data=DataSpec(train_path=str(validation), validation_path=str(validation)))
@@ -389,7 +389,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # the training processes the worker starts (python -m jobs.run_job) import the project from here
+    # the training processes the worker starts (python -m jobs.process.run_job) import the project from here
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:

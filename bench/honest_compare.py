@@ -1,11 +1,11 @@
 """Issue 24's measurement: are the intervals honest, and does the paired test tell two settings apart?
 
 For one shared set (``--only trec`` or ``sms``) at ``--size`` training examples, the default workbench run
-(``jobs.engine.run_training`` with nothing set, as ``bench/small_data.py`` runs it) is trained with each
+(``jobs.training.engine.run_training`` with nothing set, as ``bench/small_data.py`` runs it) is trained with each
 seed of ``--seeds`` and scored on the set's whole test file (its predict_path, never used for training or
 checkpoint choice). Reported:
 
-* each seed's test accuracy with its 95 % bootstrap interval (``jobs.stats``, 1,000 resamples of the
+* each seed's test accuracy with its 95 % bootstrap interval (``jobs.evaluation.stats``, 1,000 resamples of the
   test questions), the mean and sample std across seeds, and the mean interval width: the spread across
   seeds and the width of one run's interval should roughly agree (a run's interval covers the test
   sample's noise; the seeds' spread covers the training's noise, so they are related, not equal);
@@ -44,9 +44,10 @@ log = logging.getLogger("bench.honest_compare")
 
 def train_and_score(task: str, train: list[dict], test: list[dict], seed: int, work: Path, **train_kw) -> dict:
     """One workbench run on ``train``; its test predictions (in test order) as per-question correctness."""
-    from jobs.engine import HELDOUT_FILE, run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
+    from jobs.training.outputs import HELDOUT_FILE
 
     spec = RunSpec(task=task, data=DataSpec(train_path=write_jsonl(work / "train.jsonl", train),
                                             predict_path=write_jsonl(work / "test.jsonl", test)),
@@ -65,7 +66,7 @@ def train_and_score(task: str, train: list[dict], test: list[dict], seed: int, w
 
 
 def with_interval(run: dict) -> dict:
-    from jobs import stats
+    from jobs.evaluation import stats
 
     ci = stats.bootstrap_ci(np.stack([run["correct"], np.ones_like(run["correct"])], axis=1), stats.ratio)
     return {**{k: v for k, v in run.items() if k != "correct"}, "test_accuracy": ci["value"],
@@ -73,7 +74,7 @@ def with_interval(run: dict) -> dict:
 
 
 def paired(a: dict, b: dict, name_a: str, name_b: str) -> dict:
-    from jobs import stats
+    from jobs.evaluation import stats
 
     columns = [np.stack([r["correct"], np.ones_like(r["correct"])], axis=1) for r in (a, b)]
     result = stats.paired_bootstrap(columns[0], columns[1], stats.ratio)

@@ -6,7 +6,7 @@ The multi-label set is built from the shared WNUT-16 tweets (``wnut16_twitter_ne
 are the entity types it mentions (``B-person`` ... → ``person``; 10 types, most tweets mention none, so
 the classes are rare: what thresholds are for). Its own splits: train 1,915 tweets, dev 239 (the run's
 validation split, where the thresholds are tuned) and test 240 (where both are scored). Each seed trains
-the workbench's default run (``jobs.engine.run_training`` with nothing set), then scores the test split
+the workbench's default run (``jobs.training.engine.run_training`` with nothing set), then scores the test split
 with the test-set evaluation job (``jobs.predict.evaluate.run_evaluation``), which decides at 0.5 and at
 the thresholds stored with the model (never re-tuned on the test split).
 
@@ -47,12 +47,12 @@ def entity_types(path: Path) -> list[dict]:
 
 
 def one_seed(folder: Path, seed: int, work: Path) -> dict:
-    from jobs.engine import run_training
     from jobs.predict.evaluate import run_evaluation
     from jobs.predict.spec import ModelRef, PredictSpec
+    from jobs.process.run_job import model_labels
     from jobs.progress import RecordingReporter
-    from jobs.run_job import model_labels
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
 
     paths = {split: write_jsonl(work / f"{split}.jsonl", entity_types(folder / f"{split}.jsonl"))
              for split in ("train", "dev", "test")}

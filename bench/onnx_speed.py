@@ -65,7 +65,7 @@ def base_sized_model(folder: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
@@ -75,13 +75,13 @@ def base_sized_model(folder: Path) -> Path:
 
 
 def one_case(data: Path, case: str, work: Path) -> dict:
-    from jobs.engine import run_training
     from jobs.export.job import run_export
     from jobs.export.spec import ExportSpec
     from jobs.predict.spec import ModelRef
+    from jobs.process.run_job import model_labels
     from jobs.progress import RecordingReporter
-    from jobs.run_job import model_labels
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
 
     task, train, validation = case_data(data, case)
     paths = DataSpec(train_path=write_jsonl(work / "train.jsonl", train),

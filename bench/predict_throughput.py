@@ -43,7 +43,7 @@ from bench.shared_data import DEFAULT_DATA  # noqa: E402
 log = logging.getLogger("bench.predict_throughput")
 RESULTS = ROOT / "bench" / "results" / "predict_throughput.json"
 LABELS = ("ham", "spam")
-MAX_LENGTH = 128  # the default max_length of a text-classification run (jobs.hyperparameters)
+MAX_LENGTH = 128  # the default max_length of a text-classification run (jobs.specs.hyperparameters)
 
 
 def texts_pool(data: Path) -> list[str]:

@@ -2,7 +2,7 @@
 
     python bench/presets.py [--data ../shared/data] [--only sms,trec,wnut,brown] [--presets quick,standard]
 
-Each run goes through ``jobs.engine.run_training`` with nothing set but the preset,
+Each run goes through ``jobs.training.engine.run_training`` with nothing set but the preset,
 on the full training file of each set (SMS 4,460, TREC 4,362, WNUT-16 1,915, Brown
 3,000 sentences) and its ``dev`` file, exactly as a user's run does. Results go to
 bench/results/presets.json after every run, with the machine's load average, since
@@ -48,9 +48,9 @@ def datasets(data: Path) -> dict:
 
 
 def run_one(task: str, train_path: str, validation_path: str, preset: str, out: Path) -> dict:
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
 
     spec = RunSpec(task=task, data=DataSpec(train_path=train_path, validation_path=validation_path),
                    train=TrainSpec(preset=preset))

@@ -25,8 +25,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec  # noqa: E402
-from jobs.worker import Worker  # noqa: E402
+from jobs.queue.worker import Worker  # noqa: E402
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec  # noqa: E402
 from storage.context import open_workbench  # noqa: E402
 from storage.settings import Settings  # noqa: E402
 from workbench.services import runs  # noqa: E402

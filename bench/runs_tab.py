@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.context import open_workbench
 from storage.models import MetricPoint, Run
 from storage.settings import Settings

@@ -16,7 +16,7 @@ alone and is scored on the set's own test file:
   script a user would write;
 - ``trainer_4_epochs`` (asked for by ``--methods``, not in the table): that script with 4 epochs, what
   the Trainer needs for the default's score where 3 epochs fall short of it;
-- ``workbench``: ``jobs.engine.run_training`` with nothing set (standard preset, method auto); the
+- ``workbench``: ``jobs.training.engine.run_training`` with nothing set (standard preset, method auto); the
   test file goes in as the run's ``predict_path``, which is never trained on nor used to pick a
   checkpoint.
 
@@ -80,7 +80,7 @@ def sample(records: list[dict], size: str, seed: int) -> list[dict]:
 
 
 def model_path() -> str:
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     return str(packaged_model_path())
 
@@ -217,9 +217,10 @@ def _run_engine(task, train, test, seed, work: Path, **train_kw):
     """A workbench run on ``train`` alone; the test file is its predict_path (heldout.npz)."""
     import numpy as np
 
-    from jobs.engine import HELDOUT_FILE, run_training
+    from jobs.training.outputs import HELDOUT_FILE
+    from jobs.training.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 
     spec = RunSpec(task=task, data=DataSpec(train_path=write_jsonl(work / "train.jsonl", train),
                                             predict_path=write_jsonl(work / "test.jsonl", test)),

@@ -63,7 +63,7 @@ def small_bert(folder: Path) -> str:
     """A 4-layer BERT (hidden 128, 4 heads) with the packaged MiniLM tokenizer, randomly initialised."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=128, num_hidden_layers=4,
@@ -118,8 +118,8 @@ def sweep_result(wb, shown: dict, pruner: str, seconds: float, load_before: str)
 
 def run_concurrently(wb, worker, base: dict, space: dict, args) -> dict:
     """The default run and both sweeps queued together; each one's wall time ends when it does."""
-    from jobs.spec import RunSpec
-    from jobs.sweep_spec import SweepSpec
+    from jobs.specs.run import RunSpec
+    from jobs.specs.sweep import SweepSpec
     from workbench.services import runs, sweeps
 
     load_before, started = load_average(), time.perf_counter()
@@ -169,8 +169,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
-    from jobs.sweep_spec import SweepSpec
-    from jobs.worker import Worker
+    from jobs.queue.worker import Worker
+    from jobs.specs.sweep import SweepSpec
     from storage.context import open_workbench
     from storage.settings import Settings
     from workbench.services import datasets, runs, sweeps
@@ -198,7 +198,7 @@ def main() -> None:
             results.update(run_concurrently(wb, worker, base, space, args))
             out.write_text(json.dumps(results, indent=2, default=str))
         elif "default" in args.only:
-            from jobs.spec import RunSpec
+            from jobs.specs.run import RunSpec
 
             load_before, started = load_average(), time.perf_counter()
             record = wait_for_run(wb, worker, runs.submit_run(wb, RunSpec.from_dict(base)))

@@ -4,7 +4,7 @@
 
 (a) the tutorial's recipe: every example padded to max_length=128;
 (b) a careful plain script: dynamic padding (DataCollatorWithPadding);
-(w) the workbench: ``jobs.engine.run_training`` (dynamic padding + class-mixed length buckets, jobs/sampling.py).
+(w) the workbench: ``jobs.training.engine.run_training`` (dynamic padding + class-mixed length buckets, jobs/training/sampling.py).
 
 All three train the packaged MiniLM for one epoch, batch 16, lr 5e-5, same seed.
 Samples/s counts optimisation time only (the workbench's own evaluation and
@@ -38,7 +38,7 @@ def plain_trainer(records: list[dict], dev: list[dict], padding_max_length: bool
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
                               TrainingArguments, default_data_collator)
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     path = str(packaged_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -64,9 +64,9 @@ def plain_trainer(records: list[dict], dev: list[dict], padding_max_length: bool
 
 
 def workbench(records: list[dict], dev: list[dict], work: Path) -> tuple[float, float]:
-    from jobs.engine import run_training
+    from jobs.training.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 
     train = write_jsonl(work / "train.jsonl", records)
     validation = write_jsonl(work / "validation.jsonl", dev)

@@ -1,6 +1,6 @@
 """The seam between the training engine and whoever watches it.
 
-The engine (``jobs.engine``) calls a ``Reporter``; the worker's subprocess
+The engine (``jobs.training.engine``) calls a ``Reporter``; the worker's subprocess
 passes one that writes to the database, tests pass ``RecordingReporter``.
 """
 from __future__ import annotations

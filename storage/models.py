@@ -22,7 +22,7 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
-# Run states. The allowed moves are in jobs.states; the database only stores them.
+# Run states. The allowed moves are in jobs.queue.states; the database only stores them.
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLING, CANCELLED = (
     "queued", "running", "succeeded", "failed", "cancelling", "cancelled")
 # A sweep trial the pruner stopped early: finished on purpose, neither failed nor cancelled.
@@ -36,13 +36,13 @@ SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED = "running", "c
 SWEEP_FAILED = "failed"
 SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED, SWEEP_FAILED)
 
-# What a run does: trains a model (its spec is a jobs.spec.RunSpec), or puts a trained run's model to work
+# What a run does: trains a model (its spec is a jobs.specs.run.RunSpec), or puts a trained run's model to work
 # over a whole file (a jobs.predict.spec.PredictSpec; ``parent_run_id`` is the model's run), or exports it
 # to ONNX (a jobs.export.spec.ExportSpec, the same parent link). All go through the same queue, leases,
 # cancel and crash resume.
 KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT = "train", "predict", "evaluate", "export"
 RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
-# The kinds a worker's short-job lane takes beside its training runs (jobs.worker, docs/runs-and-queue.md):
+# The kinds a worker's short-job lane takes beside its training runs (jobs.queue.worker, docs/runs-and-queue.md):
 # minutes where a training run takes hours, and none of them has a time estimate to sort by instead.
 SHORT_KINDS = (KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
 
@@ -217,7 +217,7 @@ class Worker(Base):
 
 
 class Sweep(Base):
-    """A hyper-parameter search: its spec (``jobs.sweep_spec.SweepSpec``), its Optuna study and state.
+    """A hyper-parameter search: its spec (``jobs.specs.sweep.SweepSpec``), its Optuna study and state.
 
     The study itself (trials, parameters, reported values) lives in Optuna's tables in the same
     database; the trials' runs point here through ``Run.sweep_id``. ``lock_owner``/``lock_until``

@@ -65,7 +65,7 @@ def fingerprint(home: Path) -> dict[str, tuple[int, int]]:
 
 def finish_audit(wb, audit_id: int) -> dict:
     """Run the audit's folds on a worker thread of this process until the audit has finished."""
-    from jobs.worker import start_embedded_worker
+    from jobs.queue.worker import start_embedded_worker
     from workbench.services import audits
 
     worker = start_embedded_worker(wb, max_jobs=1, gpus=[])

@@ -1,5 +1,5 @@
 """A tiny config-built classifier saved with a ``calibration.json``, its raw logits, and the ways it predicts:
-a prediction job, the playground predictor and the REST API (``jobs.inference.load_calibration`` in each)."""
+a prediction job, the playground predictor and the REST API (``jobs.evaluation.postprocess.load_calibration`` in each)."""
 from __future__ import annotations
 
 import json

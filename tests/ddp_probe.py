@@ -1,4 +1,4 @@
-"""``python -m tests.ddp_probe RUN_ID --attempt N``: the real ``jobs.run_job`` with two probes, for the DDP tests.
+"""``python -m tests.ddp_probe RUN_ID --attempt N``: the real ``jobs.process.run_job`` with two probes, for the DDP tests.
 
 - Every rank appends the dataset indices of each training batch it loads to
   ``<output_dir>/seen.rank<R>.jsonl`` (one JSON list per batch), so a test can
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from jobs import run_job
+from jobs.process import run_job
 
 
 class RecordingDataset:
@@ -59,17 +59,17 @@ class CrashingReporter:
 
 
 def probed_training(spec, output_dir, reporter, **kwargs):
-    import jobs.training
-    from jobs.engine import run_training
+    import jobs.training.trainer
+    from jobs.training.engine import run_training
 
     rank = os.environ.get("RANK", "0")
-    base_init = jobs.training.WorkbenchTrainer.__init__
+    base_init = jobs.training.trainer.WorkbenchTrainer.__init__
 
     def init(self, *args, **kw):
         kw["train_dataset"] = RecordingDataset(kw["train_dataset"], Path(output_dir) / f"seen.rank{rank}.jsonl")
         base_init(self, *args, **kw)
 
-    jobs.training.WorkbenchTrainer.__init__ = init
+    jobs.training.trainer.WorkbenchTrainer.__init__ = init
     if os.environ.get("PROBE_CRASH_RANK") == rank:
         reporter = CrashingReporter(reporter, int(os.environ.get("PROBE_CRASH_STEP", "2")))
     return run_training(spec, output_dir, reporter, **kwargs)

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from jobs.predict.spec import ModelRef
-from jobs.spec import DataSpec, RunSpec
+from jobs.specs.run import DataSpec, RunSpec
 from tests import tiny_models
 from tests.playground_support import train_tiny
 
@@ -30,7 +30,7 @@ _PAIRS = [("a man is playing a guitar", "someone plays music", "entailment"),
 
 @dataclasses.dataclass
 class TinyRun:
-    model: ModelRef  # as jobs.run_job.resolve_model builds it
+    model: ModelRef  # as jobs.process.run_job.resolve_model builds it
     run_spec: RunSpec  # the run's spec, data paths resolved
     output_dir: Path  # an empty folder for the export job
     run_dir: Path  # the run's folder: model/, metrics.json, validation.jsonl
@@ -69,7 +69,7 @@ def build_model(kind: str, folder: Path) -> Path:
 def _setfit_model(folder: Path) -> Path:
     import numpy as np
 
-    from jobs.setfit_method import save_head
+    from jobs.training.sentence_model import save_head
 
     tiny_models.tiny_bert(folder)
     rng = np.random.default_rng(0)

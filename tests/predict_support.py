@@ -1,7 +1,7 @@
 """What the prediction and evaluation tests share: a trained run with a model folder, job functions that
-``jobs.run_job.execute`` is handed as the real ``predict_fn`` / ``evaluate_fn`` are, a runner and input files.
+``jobs.process.run_job.execute`` is handed as the real ``predict_fn`` / ``evaluate_fn`` are, a runner and input files.
 
-A prediction is ``jobs.fake_runner.fake_predict``: the real chunked reader and writer of ``jobs.predict``
+A prediction is ``jobs.process.fake_runner.fake_predict``: the real chunked reader and writer of ``jobs.predict``
 with a torch-free predictor ("long" for a text over 20 characters, else "short"). An evaluation scores a
 test set with a rule of this module. Everything around them is the real queue, worker and run_job code.
 """
@@ -16,10 +16,11 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from jobs import queue, run_job
-from jobs.fake_runner import ThreadHandle, fake_predict, fake_train
+from jobs.process import run_job
+from jobs.process.fake_runner import ThreadHandle, fake_predict, fake_train
 from jobs.progress import Cancelled
-from jobs.worker import Worker
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
 from storage.models import CANCELLED, FAILED, RUNNING, SUCCEEDED, Run
 from tests.queue_support import fake_spec, wait_until
 from workbench.services import runs
@@ -78,7 +79,7 @@ class Jobs:
 
 
 class JobRunner:
-    """``jobs.fake_runner.InProcessRunner`` with this module's job functions: an attempt per thread."""
+    """``jobs.process.fake_runner.InProcessRunner`` with this module's job functions: an attempt per thread."""
 
     def __init__(self, wb, jobs: Jobs):
         self.wb, self.jobs = wb, jobs

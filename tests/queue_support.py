@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import ProgrammingError
 
-from jobs.spec import DataSpec, RunSpec
+from jobs.specs.run import DataSpec, RunSpec
 from storage.context import Workbench, open_workbench
 from storage.db import Database
 from storage.settings import Settings

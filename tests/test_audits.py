@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.engine import HELDOUT_FILE
+from jobs.training.outputs import HELDOUT_FILE
 from storage.models import QUEUED
 from tests.audit_support import PRETRAINED, finish_audit  # fine-tuned folds of the packaged MiniLM (the audit's default model)
 from tests.tiny_models import classification_records, distinct, ner_records, write_jsonl
@@ -217,7 +217,7 @@ def test_cli_audit_queues_the_folds_and_refuses_bad_input(wb, tmp_path, cli):
 
 
 def test_a_stopped_fold_stops_the_audit_until_it_is_retried(wb, tmp_path):
-    from jobs import queue
+    from jobs.queue import table as queue
     from workbench.services import runs
 
     dataset = _import(wb, tmp_path, distinct(classification_records(20)))

@@ -1,11 +1,11 @@
-"""Baselines beside every classification score and the "did not learn" verdict (jobs.baselines)."""
+"""Baselines beside every classification score and the "did not learn" verdict (jobs.evaluation.baselines)."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from jobs import baselines
+from jobs.evaluation import baselines
 from workbench.ui import format as fmt
 
 
@@ -67,9 +67,9 @@ def test_the_views_put_the_baseline_beside_the_score_and_warn():
 def test_a_run_that_cannot_beat_the_majority_says_so_in_its_metrics_and_log(tmp_path):
     """Labels drawn independently of the texts: no model beats the majority class, and the run says so in
     its metrics (which every view reads: see the format test above) and in its log."""
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
     from tests.tiny_models import tiny_bert, write_jsonl
 
     model = tiny_bert(tmp_path / "tiny")

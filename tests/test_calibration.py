@@ -1,10 +1,10 @@
-"""jobs.calibration: ECE, reliability bins and temperature scaling on synthetic logits — no model."""
+"""jobs.evaluation.calibration: ECE, reliability bins and temperature scaling on synthetic logits — no model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jobs import calibration
+from jobs.evaluation import calibration
 
 
 def sample_labels(rng, probs: np.ndarray) -> np.ndarray:
@@ -121,9 +121,9 @@ def test_the_evaluation_scores_are_unchanged_by_calibration():
 def test_a_classification_run_reports_its_calibration_and_stores_it_with_the_model(tmp_path):
     import json
 
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
     from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 
     model = tiny_bert(tmp_path / "tiny-bert")
@@ -180,7 +180,7 @@ def test_a_temperature_the_run_did_not_apply_is_not_served(wb, tmp_path):
 
 
 def test_a_model_folder_without_or_with_a_broken_calibration_serves_raw_scores(tmp_path, caplog):
-    from jobs.inference import Calibration, apply_calibration, load_calibration
+    from jobs.evaluation.postprocess import Calibration, apply_calibration, load_calibration
 
     assert load_calibration(tmp_path) == Calibration()
     (tmp_path / "calibration.json").write_text('{"temperature": -1, "applied": true}')
@@ -223,7 +223,7 @@ def test_auto_fits_no_temperature_on_a_split_too_small_to_support_it(tmp_path):
     MIN_CALIBRATION_EXAMPLES "auto" fits none, says so, and the model serves its raw scores."""
     import json
 
-    from jobs.inference import CALIBRATION_FILE, load_calibration
+    from jobs.evaluation.postprocess import CALIBRATION_FILE, load_calibration
     from jobs.tasks.classification import calibrate
     from workbench.ui import format as fmt
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import jobs.worker
+import jobs.queue.worker
 from storage.models import FAILED, QUEUED, RUNNING, SUCCEEDED
 from tests.predict_support import JobRunner, Jobs, labelled_jsonl, reviews_csv, trained_run
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
@@ -23,12 +23,12 @@ from workbench.services import datasets, predictions, runs
 def in_process_jobs(monkeypatch):
     """The worker that `--wait` starts when none is alive runs its job with ``Jobs`` functions."""
     work = Jobs()
-    real = jobs.worker.start_embedded_worker
+    real = jobs.queue.worker.start_embedded_worker
 
     def start(wb, runner=None, **kwargs):
         return real(wb, JobRunner(wb, work), **kwargs)
 
-    monkeypatch.setattr(jobs.worker, "start_embedded_worker", start)
+    monkeypatch.setattr(jobs.queue.worker, "start_embedded_worker", start)
     return work
 
 
@@ -168,7 +168,7 @@ def test_runs_show_says_what_an_evaluation_scored(cli, wb, tmp_path, in_process_
 @pytest.mark.timeout(600)
 def test_predict_and_evaluate_with_a_trained_tiny_model(cli, wb, tmp_path):
     """The whole way: a tiny model trained by `train --wait`, then `predict --wait` and `evaluate --wait` run
-    in job processes of their own (``python -m jobs.run_job``) with the real ``jobs.predict`` functions."""
+    in job processes of their own (``python -m jobs.process.run_job``) with the real ``jobs.predict`` functions."""
     model = tiny_bert(tmp_path / "tiny-bert")
     data = write_jsonl(tmp_path / "train.jsonl", classification_records(32))
     code, out, err = cli("train", "--task", "text-classification", "--data", str(data), "--model", str(model),

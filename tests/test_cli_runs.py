@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import queue
+from jobs.queue import table as queue
 from storage.models import CANCELLED, QUEUED, SUCCEEDED
 from tests.queue_support import fake_spec
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl

@@ -98,7 +98,7 @@ def test_small_sets_hold_out_enough_validation_examples_to_decide():
     assert [validation_size(n, 0.1) for n in (2, 8, 32, 100, 400, 1000, 5000)] == [1, 2, 8, 25, 100, 100, 500]
     assert validation_size(400, 0.3) == 120 and validation_size(400, 0.0) == 0 and validation_size(1, 0.1) == 0
     assert validation_size(400, 0.1, floor=0) == 40  # the old rule, without the floor
-    from jobs.engine import _split_validation
+    from jobs.training.data import split_validation as _split_validation
 
     records = [{"text": f"example {i}", "label": "ab"[i % 2]} for i in range(400)]
     train, validation = _split_validation(records, seed=0)

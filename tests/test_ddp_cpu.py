@@ -6,7 +6,7 @@ distributed path does not depend on the database, and the 2-core CI budget is sm
 
 What "trains like one process with the same global batch" is checked against: a
 1-process run of a dropout-free tiny BERT (so no rank draws masks of its own)
-whose sampler is handed the order the two ranks draw (``jobs.sampling`` with the
+whose sampler is handed the order the two ranks draw (``jobs.training.sampling`` with the
 shared seed, cut at the per-rank batch), so each of its steps trains on the very
 examples the two ranks trained on together at that step (recorded by
 ``tests/ddp_probe.py``, compared step by step). Then every step's training loss
@@ -30,11 +30,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobs.engine import run_training
 from jobs.progress import RecordingReporter
-from jobs.runner import SubprocessRunner
-from jobs.spec import DataSpec, RunSpec, TrainSpec
-from jobs.worker import Worker
+from jobs.queue.runner import SubprocessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+from jobs.training.engine import run_training
 from storage.context import open_workbench
 from storage.models import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from tests.queue_support import make_settings, wait_until
@@ -139,20 +139,20 @@ def _train_alone_on_the_ranks_order(spec: RunSpec, output_dir: Path, monkeypatch
     deal them out in turn, so step k trains on the order's k-th slice of ``procs x batch_size`` examples.
     One process with the global batch takes the same slices when its sampler draws the same order.
     """
-    import jobs.training
+    import jobs.training.trainer
     from tests.ddp_probe import RecordingDataset
 
-    per_rank, shared_seed, sampler = spec.train.batch_size, spec.train.seed, jobs.training.BucketedSampler
-    monkeypatch.setattr(jobs.training, "BucketedSampler",
+    per_rank, shared_seed, sampler = spec.train.batch_size, spec.train.seed, jobs.training.trainer.BucketedSampler
+    monkeypatch.setattr(jobs.training.trainer, "BucketedSampler",
                         lambda lengths, batch_size, strata=None, seed=None: sampler(lengths, per_rank, strata,
                                                                                     seed=shared_seed))
-    base_init = jobs.training.WorkbenchTrainer.__init__
+    base_init = jobs.training.trainer.WorkbenchTrainer.__init__
 
     def init(self, *args, **kwargs):
         kwargs["train_dataset"] = RecordingDataset(kwargs["train_dataset"], output_dir / "seen.alone.jsonl")
         base_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(jobs.training.WorkbenchTrainer, "__init__", init)
+    monkeypatch.setattr(jobs.training.trainer.WorkbenchTrainer, "__init__", init)
     alone = dataclasses.replace(spec, procs=1, train=dataclasses.replace(spec.train, batch_size=spec.procs * per_rank))
     reporter = RecordingReporter()
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,7 @@ def _ranks_of(wb, run_id: int) -> list[psutil.Process]:
 
     def started() -> bool:
         found[:] = _process_tree(runs.get_run(wb, run_id)["pid"] or -1)
-        return len([p for p in found if "jobs.run_job" in " ".join(p.cmdline()) or "ddp_probe" in " ".join(p.cmdline())]) >= 2
+        return len([p for p in found if "jobs.process.run_job" in " ".join(p.cmdline()) or "ddp_probe" in " ".join(p.cmdline())]) >= 2
     assert wait_until(started, timeout=60, interval=0.2)
     return found
 

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from jobs.failures import describe_exit, is_peer_loss
-from jobs.fake_runner import InProcessRunner
-from jobs.run_job import DbReporter
-from jobs.runner import DEFAULT_RENDEZVOUS_PORT, Launch, SubprocessRunner
-from jobs.sampling import BucketedSampler
-from jobs.spec import RunSpec
-from jobs.training import distributed_flags, steps_per_epoch, training_arguments
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.process.run_job import DbReporter
+from jobs.queue.failures import describe_exit, is_peer_loss
+from jobs.queue.runner import DEFAULT_RENDEZVOUS_PORT, Launch, SubprocessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import RunSpec
+from jobs.training.sampling import BucketedSampler
+from jobs.training.trainer import distributed_flags, steps_per_epoch, training_arguments
 from storage.models import SUCCEEDED
 from storage.settings import Settings
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
@@ -25,7 +25,7 @@ LAUNCHER_REPORT = """[rank0]: RuntimeError: Connection closed by peer [127.0.0.1
 E1201 20:00:00 torch/distributed/elastic/multiprocessing/api.py:900] failed (exitcode: 1)
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-jobs.run_job FAILED
+jobs.process.run_job FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -52,13 +52,13 @@ def test_cpu_processes_go_through_torchrun_on_a_free_port_of_their_own(tmp_path)
     argv = runner.argv(two)
     assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert argv[argv.index("--nproc-per-node") + 1] == "2" and argv[argv.index("--max-restarts") + 1] == "0"
-    assert argv[-5:] == ["-m", "jobs.run_job", "5", "--attempt", "1"]
+    assert argv[-5:] == ["-m", "jobs.process.run_job", "5", "--attempt", "1"]
     ports = {int(runner.argv(two)[argv.index("--master-port") + 1]) for _ in range(20)}
     assert len(ports) == 20 and DEFAULT_RENDEZVOUS_PORT not in ports  # two runs at once never collide
     gpus = runner.argv(Launch(5, 1, tmp_path, (0, 1), procs=2))
     assert "--multi_gpu" in gpus and int(gpus[gpus.index("--main_process_port") + 1]) != DEFAULT_RENDEZVOUS_PORT
     # one process: no launcher; with GPUs, procs is ignored (one process per GPU)
-    assert runner.argv(Launch(5, 1, tmp_path, ()))[1:3] == ["-m", "jobs.run_job"]
+    assert runner.argv(Launch(5, 1, tmp_path, ()))[1:3] == ["-m", "jobs.process.run_job"]
     assert Launch(5, 1, tmp_path, (3,), procs=4).world_size == 1
 
 

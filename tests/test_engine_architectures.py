@@ -10,11 +10,11 @@ import json
 import pytest
 import torch
 
-from jobs import catalogue, lora
-from jobs.attention import PaddingFreeCollator, choose_attention, flatten_batch
 from jobs.tasks.common import model_uses_token_type_ids
 from jobs.tasks.qa import answer_token_positions, trim_span
 from jobs.tasks.token_classification import IGNORE, align_labels
+from jobs.training import catalogue, lora
+from jobs.training.attention import PaddingFreeCollator, choose_attention, flatten_batch
 from tests.tiny_models import TINY_ARCHITECTURES
 from workbench.errors import ModelUnavailable, TrainingError
 
@@ -71,11 +71,11 @@ def test_local_folder_reports_its_context_length(tiny_folders):
 def test_tokenizer_word_ids_offsets_mask_and_no_segment_ids(tiny_folders, family):
     from transformers import AutoConfig
 
-    from jobs.engine import _load_tokenizer
+    from jobs.training.tokenizers import load_tokenizer
 
     folder = str(tiny_folders[family])
     config = AutoConfig.from_pretrained(folder)
-    tokenizer = _load_tokenizer(folder, config, "token-classification")
+    tokenizer = load_tokenizer(folder, config, "token-classification")
     assert tokenizer.is_fast  # word_ids and offsets need it; DeBERTa/XLM-R were converted from SentencePiece
     words = ["alice", "flew", "to", "new", "york"]
     encoded = tokenizer(words, is_split_into_words=True)
@@ -91,7 +91,7 @@ def test_tokenizer_word_ids_offsets_mask_and_no_segment_ids(tiny_folders, family
         ids = [encoded["input_ids"][k] for k, w in enumerate(word_ids) if w == index]
         assert tokenizer.decode(ids).strip() == word
 
-    plain = _load_tokenizer(folder, config, "question-answering")
+    plain = load_tokenizer(folder, config, "question-answering")
     context = "the weather was fine alice lives in rome ."
     qa = plain("where does alice live ?", context, return_offsets_mapping=True)
     start_char = context.index("rome")
@@ -199,9 +199,9 @@ def test_padding_free_collator_pads_while_evaluating():
 # --- every task, every architecture, end to end ----------------------------------------------------------
 
 def _run(task, folder, tmp_path, train, validation, lora_on=False, **train_kw):
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, LoraSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
     from tests.tiny_models import write_jsonl
 
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs import catalogue
+from jobs.training import catalogue
 from workbench.errors import ModelUnavailable
 
 

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from jobs.engine import run_training
+from jobs.training.engine import run_training
 from jobs.progress import Cancelled, RecordingReporter
-from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, LoraSpec, RunSpec, TrainSpec
 from tests.tiny_models import (classification_records, documents, ner_records, qa_records, tiny_bert,
                                write_jsonl)
 from workbench.errors import ModelUnavailable, TrainingError
@@ -171,17 +171,17 @@ def test_question_answering(tiny, tmp_path):
 
 def test_training_batches_are_length_buckets_with_both_classes(tiny, tmp_path, monkeypatch):
     """The engine hands each example's class to the sampler, so long-class/short-class data still mixes."""
-    import jobs.sampling
+    import jobs.training.sampling
 
     seen = []
-    real = jobs.sampling.bucketed_indices
+    real = jobs.training.sampling.bucketed_indices
 
     def recording(lengths, batch_size, strata=None, generator=None):
         order = real(lengths, batch_size, strata, generator)
         seen.append((list(lengths), list(strata or []), batch_size, order))
         return order
 
-    monkeypatch.setattr(jobs.sampling, "bucketed_indices", recording)
+    monkeypatch.setattr(jobs.training.sampling, "bucketed_indices", recording)
     long_spam = [{"text": "win cash prize now call " * 4, "label": "spam"} for _ in range(8)]
     short_ham = [{"text": "see you soon", "label": "ham"} for _ in range(24)]
     spec = _spec("text-classification", tmp_path, long_spam + short_ham, short_ham[:4] + long_spam[:4], tiny,
@@ -200,9 +200,9 @@ def test_predictions_stay_in_dataset_order_despite_length_grouping(tiny, tmp_pat
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from jobs.hyperparameters import resolve_hyperparameters
-    from jobs.catalogue import resolve_model
-    from jobs.training import WorkbenchTrainer, training_arguments
+    from jobs.specs.hyperparameters import resolve_hyperparameters
+    from jobs.training.catalogue import resolve_model
+    from jobs.training.trainer import WorkbenchTrainer, training_arguments
 
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     model = AutoModelForSequenceClassification.from_pretrained(tiny, num_labels=2).eval()
@@ -228,7 +228,7 @@ def test_masked_lm_reports_perplexity_before_and_after(tiny, tmp_path):
     _outputs_ok(tmp_path / "run", 0)
     assert metrics["perplexity"] < metrics["perplexity_before"]
     # its interval: blocks resampled; the blocks' own perplexity (token-weighted) sits inside it
-    from jobs.outcomes import OUTCOMES_FILE, read_outcomes
+    from jobs.evaluation.outcomes import OUTCOMES_FILE, read_outcomes
 
     ci = metrics["metrics_ci"]["perplexity"]
     saved = read_outcomes(tmp_path / "run" / OUTCOMES_FILE)

@@ -1,9 +1,9 @@
 """The defaults: task, model size and data size pick them; explicit values win."""
 import pytest
 
-from jobs.catalogue import ModelInfo
-from jobs.hyperparameters import QUICK_MAX_EXAMPLES, resolve_hyperparameters
-from jobs.spec import DataSpec, LoraSpec, RunSpec, TrainSpec
+from jobs.training.catalogue import ModelInfo
+from jobs.specs.hyperparameters import QUICK_MAX_EXAMPLES, resolve_hyperparameters
+from jobs.specs.run import DataSpec, LoraSpec, RunSpec, TrainSpec
 
 SMALL = ModelInfo("mini", "x", "bert", 6, 384, 12, 22_700_000)
 BASE = ModelInfo("base", "x", "bert", 12, 768, 12, 110_000_000)
@@ -64,7 +64,7 @@ def test_qa_has_a_longer_window():
 
 
 def test_subsample_is_seeded_ordered_and_capped():
-    from jobs.engine import subsample
+    from jobs.training.data import subsample
 
     records = [{"i": i} for i in range(5000)]
     sample = subsample(records, QUICK_MAX_EXAMPLES, seed=42)
@@ -76,7 +76,7 @@ def test_subsample_is_seeded_ordered_and_capped():
 
 
 def test_a_single_epoch_is_evaluated_once_at_the_end():
-    from jobs.hyperparameters import evaluations_during_training
+    from jobs.specs.hyperparameters import evaluations_during_training
 
     quick = resolve_hyperparameters(_spec(preset="quick"), SMALL, 5000)
     assert evaluations_during_training(quick, 250) == 0  # the final evaluation is the only one
@@ -102,7 +102,7 @@ def test_a_single_epoch_is_evaluated_once_at_the_end():
 def test_small_sets_get_enough_epochs_to_reach_the_step_floor(n, preset, epochs):
     import math
 
-    from jobs.hyperparameters import MAX_EPOCHS, MIN_STEPS
+    from jobs.specs.hyperparameters import MAX_EPOCHS, MIN_STEPS
 
     hp = resolve_hyperparameters(_spec(preset=preset, method="finetune"), SMALL, n)
     assert hp["epochs"] == epochs
@@ -148,7 +148,7 @@ def test_small_data_keeps_the_rate_of_the_task_and_model_size():
 
 
 def test_setfit_hyperparameters_scale_pairs_with_the_data_within_a_budget():
-    from jobs.hyperparameters import SETFIT_MAX_STEPS, SETFIT_MIN_STEPS
+    from jobs.specs.hyperparameters import SETFIT_MAX_STEPS, SETFIT_MIN_STEPS
 
     tiny = resolve_hyperparameters(_spec(), SMALL, 20, method="setfit")
     assert tiny["method"] == "setfit" and tiny["max_steps"] == SETFIT_MIN_STEPS and tiny["learning_rate"] == 2e-5
@@ -159,7 +159,7 @@ def test_setfit_hyperparameters_scale_pairs_with_the_data_within_a_budget():
 
 
 def test_a_small_data_run_evaluates_a_few_times_not_after_each_short_epoch():
-    from jobs.hyperparameters import evaluations_during_training
+    from jobs.specs.hyperparameters import evaluations_during_training
 
     tiny = resolve_hyperparameters(_spec(method="finetune"), SMALL, 29)  # 100 epochs of 4 steps
     assert tiny["epochs"] == 100 and tiny["eval_steps"] == 80  # 400 steps, 5 evaluations of 3 examples
@@ -187,7 +187,7 @@ def _evaluate(callbacks, metrics):
 def test_checkpoints_rank_by_the_metric_and_equal_scores_by_the_later_step():
     from types import SimpleNamespace
 
-    from jobs.training import MetricThenLater, SELECTION_KEY
+    from jobs.training.trainer import MetricThenLater, SELECTION_KEY
 
     rank = MetricThenLater("accuracy", greater_is_better=True)
     key = f"eval_{SELECTION_KEY}"
@@ -210,7 +210,7 @@ def test_checkpoints_rank_by_the_metric_and_equal_scores_by_the_later_step():
 
 
 def test_selection_by_a_metric_goes_through_the_tie_break_key_and_loss_ranks_by_itself():
-    from jobs.training import SELECTION_KEY, training_arguments
+    from jobs.training.trainer import SELECTION_KEY, training_arguments
 
     hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)
     args = training_arguments("/tmp/unused", hp, "cpu", 270, "accuracy", True, ["labels"])
@@ -238,7 +238,7 @@ def test_the_shortened_schedule_falls_from_where_it_is_to_zero():
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from jobs.training import anneal_schedule
+    from jobs.training.trainer import anneal_schedule
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=10, num_training_steps=400)
@@ -255,7 +255,7 @@ def test_stop_when_learned_waits_for_every_validation_example_and_a_low_loss():
 
     from transformers import TrainerControl
 
-    from jobs.training import StopWhenLearned
+    from jobs.training.trainer import StopWhenLearned
 
     args = SimpleNamespace(load_best_model_at_end=False)
     stop = StopWhenLearned("accuracy", loss_below=0.02, anneal_steps=21)
@@ -286,7 +286,7 @@ def test_stop_when_learned_waits_for_every_validation_example_and_a_low_loss():
 
 
 def test_the_why_line_says_the_epochs_max_steps_really_make():
-    from jobs.hyperparameters import steps_and_epochs
+    from jobs.specs.hyperparameters import steps_and_epochs
 
     hp = resolve_hyperparameters(_spec(max_steps=30, batch_size=8), SMALL, 544)
     assert hp["why"].startswith("544 examples: 30 steps (0.44 epoch), lr ")  # 68 steps an epoch

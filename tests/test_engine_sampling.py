@@ -3,7 +3,7 @@ import random
 
 import torch
 
-from jobs.sampling import WINDOW_BATCHES, BucketedSampler, bucketed_indices
+from jobs.training.sampling import WINDOW_BATCHES, BucketedSampler, bucketed_indices
 
 
 def _batches(order, size):

@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from jobs.spec import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
 from storage.models import Dataset, Run
 from workbench.services import estimates
 from workbench.services import runs as runs_service
@@ -94,7 +94,7 @@ def test_no_estimate_without_data_size_never_blocks_a_submit(wb):
 def test_without_a_validation_split_the_plan_splits_as_the_engine_does(wb):
     # 297 records, no validation split: the engine holds out 29 (a tenth) and trains on 268. The "why" line
     # and the evaluation count used to disagree (33 from the records' ninth against 29 from their tenth).
-    from jobs.engine import _split_validation
+    from jobs.training.data import split_validation as _split_validation
 
     _dataset(wb, "whole", 20.0, n_train=297, n_validation=0)
     est = estimates.estimate_run(wb, _spec("whole"))

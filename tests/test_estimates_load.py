@@ -129,7 +129,7 @@ def test_an_audit_is_estimated_as_k_folds_on_their_share_of_the_data(wb):
 
 
 def test_a_waiting_audit_says_when_all_its_folds_will_be_done(wb):
-    from jobs import queue
+    from jobs.queue import table as queue
     from storage.models import Audit, Run
     from workbench.ui import audit_panel
 
@@ -178,9 +178,9 @@ def test_a_sweep_is_estimated_with_the_expected_effect_of_pruning(wb):
 
 def test_a_trained_run_records_the_machine_load_it_ran_under(tmp_path):
     """A real (tiny) run: its metrics carry the load that ``_at_usual_load`` scales by."""
-    from jobs.engine import run_training
+    from jobs.training.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 
     model = tiny_bert(tmp_path / "tiny-bert")

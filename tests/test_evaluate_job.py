@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engine import run_training
+from jobs.training.engine import run_training
 from jobs.predict.evaluate import run_evaluation
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled, RecordingReporter
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.errors import DataValidationError
 from tests.tiny_models import (classification_records, documents, ner_records, qa_records, tiny_bert,
                                tiny_sentence_model, write_jsonl)
@@ -125,8 +125,8 @@ def test_classification_on_its_validation_file_gives_the_runs_metrics(classifier
 
 
 def test_a_test_set_is_scored_with_the_runs_stored_temperature_not_a_refitted_one(classifier, tmp_path):
-    from jobs import calibration as cal
-    from jobs.inference import CALIBRATION_FILE
+    from jobs.evaluation import calibration as cal
+    from jobs.evaluation.postprocess import CALIBRATION_FILE
 
     stored = Path(classifier.ref.model_dir) / CALIBRATION_FILE
     kept = stored.read_text() if stored.is_file() else None

@@ -118,7 +118,7 @@ def test_a_setfit_model_exports_as_one_graph_returning_the_heads_logits(tmp_path
     import torch
     from transformers import AutoTokenizer
 
-    from jobs.setfit_method import load_classifier
+    from jobs.training.sentence_model import load_classifier
 
     run = tiny_run(tmp_path, "setfit", model_source=models("setfit"))
     report = export(run, int8=False)
@@ -230,7 +230,7 @@ def test_statuses_follow_agreement_for_fp32_and_the_metric_for_the_others():
 
 def test_an_unsupported_task_or_a_missing_model_is_refused(tmp_path):
     from jobs.predict.spec import ModelRef
-    from jobs.spec import DataSpec, RunSpec
+    from jobs.specs.run import DataSpec, RunSpec
 
     spec = RunSpec(task="text-classification", data=DataSpec(train_path=str(tmp_path / "t.jsonl")))
     missing = ModelRef(run_id=7, task="text-classification", model_dir=str(tmp_path / "gone"), hyperparameters={})
@@ -257,7 +257,7 @@ def test_the_export_spec_round_trips_and_rejects_unknown_keys():
 def test_masked_words_are_seeded_one_token_words_with_their_gold():
     from transformers import AutoTokenizer
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     texts = ["the cat sat on a mat while dogs ran in parks and birds sang songs .", "42 !", "Paris is big."]
@@ -288,14 +288,15 @@ def test_the_timing_cycles_through_a_small_split():
 
 
 def test_validation_records_are_the_split_training_made(tmp_path):
-    from jobs.engine import _split_validation, validation_records
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.data import split_validation
+    from jobs.training.data import validation_records
     from tests.tiny_models import classification_records, write_jsonl
 
     records = classification_records(30)
     train = write_jsonl(tmp_path / "train.jsonl", records)
     spec = RunSpec(task="text-classification", data=DataSpec(train_path=str(train)), train=TrainSpec(seed=5))
-    assert validation_records(spec) == _split_validation(records, 5)[1] and len(validation_records(spec)) == 7  # a quarter of 30
+    assert validation_records(spec) == split_validation(records, 5)[1] and len(validation_records(spec)) == 7  # a quarter of 30
 
 
 def _tiny_family(folder: Path, family: str) -> Path:
@@ -324,7 +325,7 @@ def _tiny_family(folder: Path, family: str) -> Path:
 
 
 def _minilm() -> Path:
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     return Path(packaged_model_path())
 

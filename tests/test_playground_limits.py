@@ -191,7 +191,7 @@ def test_forward_passes_split_a_batch_and_give_the_same_answers(tiny, monkeypatc
     enc = predictor.encode([predictor.model_text(t["text"]) for t in texts])
     assert len(list(predictor.passes(enc))) == 1
     # One row per pass: a masked LM's vocabulary-wide logits of a pass are reduced before the next is run.
-    monkeypatch.setattr("jobs.inference.PASS_FLOATS", 1)  # the budget lives a floor down (jobs.inference)
+    monkeypatch.setattr("jobs.evaluation.postprocess.PASS_FLOATS", 1)  # the budget lives a floor down (jobs.evaluation.postprocess)
     assert [part for part, _ in predictor.passes(enc)] == [slice(i, i + 1) for i in range(6)]
     split = predictor.predict(texts)
     for a, b in zip(whole, split):

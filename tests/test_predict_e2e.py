@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.engine import run_training
+from jobs.training.engine import run_training
 from jobs.predict.job import run_prediction
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import RecordingReporter
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.datasets import read_tokens
 from storage.datasets.problems import ProblemLog
 from tests.tiny_models import (classification_records, ner_records, qa_records, tiny_bert, tiny_sentence_model,

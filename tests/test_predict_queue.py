@@ -1,5 +1,5 @@
 """Prediction and evaluation jobs on the queue: the runs.kind column, the submit checks, the worker's dispatch
-through ``jobs.run_job.execute`` and the views of ``workbench.services.predictions``.
+through ``jobs.process.run_job.execute`` and the views of ``workbench.services.predictions``.
 
 The jobs' work is done by the functions of ``tests.predict_support`` (a prediction through the real chunked
 writer with a torch-free predictor); everything around it (claim, lease, rows as progress, cancel, failure,
@@ -16,7 +16,7 @@ from sqlalchemy import insert, inspect, select
 
 from jobs.predict.inputs import iter_rows, open_input
 from jobs.predict.spec import PredictSpec
-from jobs.worker import Worker
+from jobs.queue.worker import Worker
 from storage.db import make_engine, upgrade
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Artifact, Run
 from tests.predict_support import (LABELS, JobRunner, Jobs, drain, job_count, labelled_jsonl, reviews_csv,

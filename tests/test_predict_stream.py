@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.fake_runner import LengthPredictor, fake_predict
-from jobs.inference import join_tokens, pseudo_perplexity, top_fills
+from jobs.evaluation.postprocess import join_tokens, pseudo_perplexity, top_fills
 from jobs.predict import writer
 from jobs.predict.inputs import iter_rows, open_input
 from jobs.predict.job import predict_file
 from jobs.predict.spec import ModelRef, PredictSpec
+from jobs.process.fake_runner import LengthPredictor, fake_predict
 from jobs.progress import Cancelled, RecordingReporter
 from storage.datasets import read_tokens
 from storage.datasets.problems import ProblemLog
@@ -331,7 +331,7 @@ def test_a_job_killed_between_chunks_loses_no_row_and_repeats_none(tmp_path):
     path = _numbered_csv(tmp_path, 40)
     spec = _spec(path, chunk_rows=10, output_format="jsonl")
     out = tmp_path / "out"
-    code = ("import json, sys; from jobs.fake_runner import fake_predict; from jobs.predict.spec import PredictSpec, "
+    code = ("import json, sys; from jobs.process.fake_runner import fake_predict; from jobs.predict.spec import PredictSpec, "
             "ModelRef; from jobs.progress import RecordingReporter; "
             "fake_predict(PredictSpec.from_dict(json.loads(sys.argv[1])), ModelRef(1, 'text-classification', '', {}), "
             "sys.argv[2], RecordingReporter())")

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from jobs import queue
-from jobs.fake_runner import InProcessRunner
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
 from storage.models import CANCELLED, CANCELLING, FAILED, QUEUED, RUNNING, SUCCEEDED, Run, utcnow
 from tests.queue_support import fake_spec, qwb, second_workbench, wait_until  # noqa: F401
 from workbench.errors import InvalidState, NotFound

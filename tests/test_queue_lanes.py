@@ -1,8 +1,8 @@
 """Issue 39: short jobs do not wait behind long ones.
 
-A worker's short-job lane (``WORKBENCH_SHORT_JOBS``, ``jobs.worker``) runs a prediction, evaluation or export
+A worker's short-job lane (``WORKBENCH_SHORT_JOBS``, ``jobs.queue.worker``) runs a prediction, evaluation or export
 job beside a training run. Real subprocesses run fake training and the real chunked prediction
-(``jobs.fake_runner``), on SQLite and on PostgreSQL.
+(``jobs.process.fake_runner``), on SQLite and on PostgreSQL.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import queue
-from jobs.fake_runner import fake_subprocess_runner
-from jobs.worker import Worker
+from jobs.queue import table as queue
+from jobs.process.fake_runner import fake_subprocess_runner
+from jobs.queue.worker import Worker
 from storage.models import FAILED, KIND_TRAIN, QUEUED, RUNNING, SHORT_KINDS, SUCCEEDED, Run, utcnow
 from tests.predict_support import reviews_csv, trained_run
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
@@ -102,7 +102,7 @@ def test_kill_9_of_a_worker_with_a_lane_job_then_a_new_worker_resumes_both(qwb, 
     job = predictions.submit_prediction(qwb, model, reviews_csv(tmp_path, rows=9))
     env = {**qwb.settings.as_env(), **os.environ, "FAKE_RUNNER_LOG": str(log),
            "FAKE_PREDICT_SECONDS_PER_CHUNK": "600"}  # the prediction sleeps after its only chunk until killed
-    code = ("from jobs.fake_runner import fake_subprocess_runner; from jobs.worker import Worker; "
+    code = ("from jobs.process.fake_runner import fake_subprocess_runner; from jobs.queue.worker import Worker; "
             "from storage.context import open_workbench; "
             "Worker(open_workbench(), fake_subprocess_runner(), gpus=[]).run_forever()")
     worker_process = subprocess.Popen([sys.executable, "-c", code], env={**env, **qwb.settings.as_env()})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from jobs import queue
+from jobs.queue import table as queue
 from storage.models import Run
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -33,7 +33,7 @@ def test_queued_runs_wait_in_claim_order_behind_the_running_one(wb):
                    phase="training")
     first = _run(wb, "queued", 300.0)
     second = _run(wb, "queued", 120.0)
-    urgent = _run(wb, "queued", 60.0, priority=5)  # claimed first (jobs.queue.claim: priority, then id)
+    urgent = _run(wb, "queued", 60.0, priority=5)  # claimed first (jobs.queue.table.claim: priority, then id)
     found = runs_service.queue_positions(wb, NOW)
     assert [found[r]["position"] for r in (urgent, first, second)] == [1, 2, 3]
     # the running run's live ETA (600 s), not its estimate less the time it ran (900 - 300 s)

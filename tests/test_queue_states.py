@@ -1,7 +1,7 @@
 """The run life cycle: allowed and refused moves."""
 import pytest
 
-from jobs.states import ALLOWED, TERMINAL, can_transition, check_transition, sources_of
+from jobs.queue.states import ALLOWED, TERMINAL, can_transition, check_transition, sources_of
 from storage.models import CANCELLED, CANCELLING, FAILED, PRUNED, QUEUED, RUN_STATES, RUNNING, SUCCEEDED
 from workbench.errors import InvalidState
 

@@ -1,4 +1,4 @@
-"""Per-example outcomes (jobs.outcomes), metrics_ci, and `workbench runs compare` (workbench.services.comparisons)."""
+"""Per-example outcomes (jobs.evaluation.outcomes), metrics_ci, and `workbench runs compare` (workbench.services.comparisons)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import outcomes, stats
+from jobs.evaluation import outcomes, stats
 from jobs.tasks import classification, token_classification
 from jobs.tasks.common import Evaluation
 from storage.models import SUCCEEDED

@@ -9,10 +9,10 @@ import datetime as dt
 from collections import Counter
 from pathlib import Path
 
-from jobs import queue
-from jobs.fake_runner import InProcessRunner
-from jobs.run_job import DbReporter
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.process.run_job import DbReporter
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
 from storage.models import FAILED, QUEUED, SUCCEEDED, utcnow
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
 from workbench.services import runs
@@ -99,7 +99,7 @@ def test_the_phase_goes_to_the_database_and_the_log_and_ends_with_the_run(qwb, c
     claimed = queue.claim(qwb.db, "w")
     reporter = DbReporter(qwb.db, run_id, claimed.attempt, interval=3600.0)  # only changes are written at once
     reporter.progress(20, 20, 1.0)
-    caplog.set_level("INFO", logger="jobs.run_job")
+    caplog.set_level("INFO", logger="jobs.process.run_job")
     reporter.phase("evaluating", 0, 560)
     record = runs.get_run(qwb, run_id)
     assert (record["phase"], record["phase_done"], record["phase_total"]) == ("evaluating", 0, 560)

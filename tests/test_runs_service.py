@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, insert
 
-from jobs import queue
-from jobs.fake_runner import InProcessRunner
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
 from storage.models import FAILED, QUEUED, SUCCEEDED, Dataset, MetricPoint, Run
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError

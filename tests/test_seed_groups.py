@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jobs import queue
-from jobs.fake_runner import InProcessRunner
-from jobs.spec import RunSpec
-from jobs.sweep_spec import SweepSpec
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
+from jobs.specs.run import RunSpec
+from jobs.specs.sweep import SweepSpec
 from storage.db import make_engine, upgrade
 from storage.models import FAILED, KIND_PREDICT, QUEUED, SUCCEEDED, Run
 from tests.queue_support import backend_url, fake_spec, qwb, wait_until  # noqa: F401

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from jobs.hyperparameters import SENTENCE_HEAD_MAX_PER_CLASS, SENTENCE_HEAD_WHY, sentence_head
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.hyperparameters import SENTENCE_HEAD_MAX_PER_CLASS, SENTENCE_HEAD_WHY, sentence_head
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from tests.tiny_models import classification_records, tiny_bert, tiny_sentence_model, write_jsonl
 
 
@@ -56,7 +56,7 @@ def test_the_head_starts_as_a_logistic_regression_on_the_frozen_embeddings(sente
     from sklearn.linear_model import LogisticRegression
     from transformers import AutoTokenizer, DataCollatorWithPadding
 
-    from jobs.setfit_method import build_sentence_classifier
+    from jobs.training.sentence_head import build_sentence_classifier
 
     records = classification_records(40, seed=3)
     labels = ["neg", "pos", "meh"]  # a third class the data never shows keeps a zero row
@@ -90,9 +90,10 @@ def test_a_fine_tuned_sentence_model_saves_serves_and_resumes_as_it_trained(sent
     cancelled run resumes from its checkpoint to the same total."""
     from sentence_transformers import SentenceTransformer
 
-    from jobs.engine import HELDOUT_FILE, run_training
     from jobs.progress import Cancelled, RecordingReporter
-    from jobs.setfit_method import load_classifier
+    from jobs.training.engine import run_training
+    from jobs.training.outputs import HELDOUT_FILE
+    from jobs.training.sentence_model import load_classifier
     from workbench.playground.predictors import Predictor
 
     train = write_jsonl(tmp_path / "train.jsonl", classification_records(64))
@@ -142,8 +143,8 @@ def test_a_fine_tuned_sentence_model_saves_serves_and_resumes_as_it_trained(sent
 
 
 def test_a_model_that_is_no_sentence_transformer_keeps_the_classifier_head(tmp_path):
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
+    from jobs.training.engine import run_training
 
     spec = RunSpec(task="text-classification", model=str(tiny_bert(tmp_path / "bert")),
                    data=DataSpec(train_path=str(write_jsonl(tmp_path / "t.jsonl", classification_records(32))),
@@ -158,8 +159,8 @@ def test_a_sentence_model_pooled_another_way_keeps_the_classifier_head(sentence_
     """Max pooling is none the sentence head computes: fine-tuning reads [CLS] as it does for any model."""
     import shutil
 
-    from jobs.engine import _choose_method
-    from jobs.setfit_method import pools_as_supported
+    from jobs.training.engine import _choose_method
+    from jobs.training.sentence_model import pools_as_supported
 
     records = classification_records(40)
     spec = RunSpec(task="text-classification", data=DataSpec(train_path="x"), train=TrainSpec(method="finetune"))

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from jobs.hyperparameters import SETFIT_MAX_PER_CLASS, choose_method
-from jobs.setfit_method import head_weights, is_setfit_model, pool
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.hyperparameters import SETFIT_MAX_PER_CLASS, choose_method
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+from jobs.training.sentence_model import head_weights, is_setfit_model, pool
 from tests.tiny_models import classification_records, tiny_sentence_model, write_jsonl
 from workbench.errors import ConfigError
 
@@ -80,8 +80,8 @@ def test_setfit_run_end_to_end_on_a_tiny_sentence_model(tmp_path):
     library's own (same probabilities), and the playground predictor serves it with attention maps."""
     from setfit import SetFitModel
 
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
+    from jobs.training.engine import run_training
     from workbench.playground.attention import attention_maps
     from workbench.playground.predictors import Predictor
 
@@ -123,8 +123,8 @@ def test_setfit_run_end_to_end_on_a_tiny_sentence_model(tmp_path):
 
 
 def test_auto_fine_tunes_a_model_that_is_no_sentence_transformer(tmp_path):
-    from jobs.catalogue import packaged_model_path
-    from jobs.hyperparameters import is_sentence_model
+    from jobs.specs.hyperparameters import is_sentence_model
+    from jobs.training.catalogue import packaged_model_path
 
     assert is_sentence_model(str(packaged_model_path())) and not is_sentence_model(str(tmp_path))
     method, why = choose_method("text-classification", "auto", 40, 2, sentence_model=False)

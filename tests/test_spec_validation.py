@@ -14,9 +14,9 @@ import tracemalloc
 
 import pytest
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
-from jobs.spec_files import MAX_SPEC_BYTES, MAX_SPEC_DEPTH, load_json, load_yaml
-from jobs.sweep_spec import SweepSpec
+from jobs.specs.files import MAX_SPEC_BYTES, MAX_SPEC_DEPTH, load_json, load_yaml
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+from jobs.specs.sweep import SweepSpec
 from tests.conftest import ROOT
 from tests.tiny_models import classification_records, write_jsonl
 from workbench.errors import ConfigError

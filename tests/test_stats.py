@@ -1,4 +1,4 @@
-"""jobs.stats: bootstrap intervals, the paired bootstrap, McNemar's exact test, verdicts — no model."""
+"""jobs.evaluation.stats: bootstrap intervals, the paired bootstrap, McNemar's exact test, verdicts — no model."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from jobs import stats
+from jobs.evaluation import stats
 
 
 def accuracy_columns(correct) -> np.ndarray:

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from jobs.worker import Worker
+from jobs.queue.worker import Worker
 from storage.models import SUCCEEDED
 from tests.queue_support import wait_until
 from tests.test_cli_runs import labelled, write_csv
@@ -83,8 +83,8 @@ def test_sweep_errors_are_one_line(cli, wb, tmp_path):
 
 
 def test_sweep_config_imports_the_files_its_base_names(cli, wb, tmp_path):
-    from jobs.run_job import resolve_spec
-    from jobs.spec import RunSpec
+    from jobs.process.run_job import resolve_spec
+    from jobs.specs.run import RunSpec
     from jobs.tasks import task_module
 
     config = tmp_path / "sweep.yaml"
@@ -111,7 +111,7 @@ def test_sweep_config_imports_the_files_its_base_names(cli, wb, tmp_path):
 @pytest.mark.timeout(600)
 def test_a_real_sweep_with_a_tiny_model_reports_evaluations_and_ends(wb, tmp_path):
     """Three trials of a 2-layer BERT through the real training subprocess, evaluated 4 times each."""
-    from jobs.sweep_spec import SweepSpec
+    from jobs.specs.sweep import SweepSpec
 
     model = tiny_bert(tmp_path / "tiny-bert")
     data = write_jsonl(tmp_path / "train.jsonl", classification_records(48))

@@ -13,11 +13,11 @@ import optuna
 import pytest
 from sqlalchemy import select, update
 
-from jobs import queue
-from jobs import sweeps as engine
-from jobs.fake_runner import InProcessRunner, sweep_accuracy
-from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params, parse_param
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner, sweep_accuracy
+from jobs.queue import table as queue
+from jobs.queue.worker import Worker
+from jobs.specs.sweep import ParamSpec, SweepSpec, apply_params, parse_param
+from jobs.sweeps import driver as engine
 from storage.models import FAILED, PRUNED, RUNNING, SUCCEEDED, Run, Sweep
 from tests.queue_support import fake_spec, qwb, second_workbench, wait_until  # noqa: F401
 from workbench.errors import ConfigError, InvalidState
@@ -291,7 +291,7 @@ def test_fake_objective_is_best_near_5e_5():
 
 
 def fake_spec_for(lr):
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 
     return RunSpec(task="text-classification", data=DataSpec(train_path="x"), train=TrainSpec(learning_rate=lr))
 

@@ -11,7 +11,7 @@ VOCAB, MASK = 30522, 103
 def masked():
     from transformers import AutoTokenizer
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     sentence = "the quick brown fox jumps over the lazy dog while it rains in the city of london today"

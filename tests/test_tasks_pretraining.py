@@ -37,7 +37,7 @@ def test_sentence_splitter():
 def test_pairs_are_cls_a_sep_b_sep_with_segments():
     from transformers import AutoTokenizer
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     encoded = tokenizer.convert_ids_to_tokens(

@@ -51,7 +51,7 @@ def test_pos_tags_report_token_accuracy_only():
 def test_a_validation_tag_unseen_in_training_is_left_out_of_the_loss():
     from transformers import AutoTokenizer
 
-    from jobs.catalogue import packaged_model_path
+    from jobs.training.catalogue import packaged_model_path
     from jobs.tasks.token_classification import tokenize_batch
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))

@@ -1,5 +1,5 @@
 """Decision thresholds tuned on the validation split: per class for multi-label runs, for the positive
-class of a binary run; and the predictions that use them (``jobs.inference.apply_calibration``)."""
+class of a binary run; and the predictions that use them (``jobs.evaluation.postprocess.apply_calibration``)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from jobs import calibration
-from jobs.inference import Calibration, apply_calibration
+from jobs.evaluation import calibration
+from jobs.evaluation.postprocess import Calibration, apply_calibration
 
 # class 0: every positive scores above every negative, the gap between 0.25 and 0.3; class 1: 3 positives
 SCORES = np.array([[0.30, 0.9], [0.35, 0.8], [0.40, 0.7], [0.45, 0.1], [0.50, 0.2], [0.60, 0.3],
@@ -148,9 +148,9 @@ def test_prediction_jobs_the_playground_and_the_api_use_the_tuned_thresholds(wb,
 
 @pytest.mark.e2e
 def test_a_multi_label_run_tunes_and_stores_its_thresholds(tmp_path):
-    from jobs.engine import run_training
     from jobs.progress import RecordingReporter
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+    from jobs.training.engine import run_training
     from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 
     model = tiny_bert(tmp_path / "tiny-bert")

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.datasets.stats import length_summary
 from storage.models import Run
 from tests.conftest import DATA_DIR

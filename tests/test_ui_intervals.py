@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs import outcomes
-from jobs.spec import DataSpec, RunSpec
+from jobs.evaluation import outcomes
+from jobs.specs.run import DataSpec, RunSpec
 from storage.models import KIND_EVALUATE, Run
 from workbench.playground.page import card_markdown
 from workbench.services import comparisons, datasets
@@ -62,7 +62,7 @@ def _run(wb, tmp_path, name: str, metrics: dict, validation: str = "dev.jsonl") 
 
 
 def _outcomes(correct: list[bool], texts: str = "message") -> dict:
-    """The outcomes of an evaluation that got right the examples ``correct`` marks (``jobs.outcomes``' arrays,
+    """The outcomes of an evaluation that got right the examples ``correct`` marks (``jobs.evaluation.outcomes``' arrays,
     from the rows an evaluation writes)."""
     gold = [LABELS[i % 2] for i in range(len(correct))]
     rows = [{"text": f"{texts} {i}", "gold": g, "predicted": g if right else LABELS[1 - LABELS.index(g)]}
@@ -77,7 +77,7 @@ def _scored_metrics(correct: list[bool], found: dict) -> dict:
 
 def _scored_run(wb, tmp_path, name: str, correct: list[bool], texts: str = "message") -> int:
     """A finished run whose outcomes.npz says which of the validation examples it got right (written with
-    jobs.outcomes, as the final evaluation writes it), with the metrics and intervals that come with them."""
+    jobs.evaluation.outcomes, as the final evaluation writes it), with the metrics and intervals that come with them."""
     found = _outcomes(correct, texts)
     run_id = _run(wb, tmp_path, name, _scored_metrics(correct, found),
                   validation="dev.jsonl" if texts == "message" else f"{texts}.jsonl")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import fake_runner
-from jobs.fake_runner import InProcessRunner
-from jobs.worker import Worker
+from jobs.process import fake_runner
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
 from storage.datasets.lookup import dataset_files
 from storage.models import Run
 from tests.queue_support import fake_spec, wait_until
@@ -144,7 +144,7 @@ def test_refusals_are_shown_with_the_services_sentence(wb, uploads, tmp_path):
 
 def test_a_finished_prediction_downloads_its_rows(wb, uploads):
     if not hasattr(fake_runner, "fake_predict"):
-        pytest.skip("jobs.fake_runner.fake_predict (issue 23's fake prediction) has not landed")
+        pytest.skip("jobs.process.fake_runner.fake_predict (issue 23's fake prediction) has not landed")
     run_id = trained_run(wb)
     message = predict_panel.queue_prediction(wb, run_id, uploaded(uploads, "tickets.csv", TICKETS), "auto-detect",
                                              "", "", "csv")
@@ -294,7 +294,7 @@ def test_evaluating_runs_again_on_the_same_test_set_reuses_their_evaluations(wb,
 
 
 def test_a_run_is_never_ranked_against_its_own_second_evaluation(wb, tmp_path, monkeypatch):
-    from jobs import queue
+    from jobs.queue import table as queue
 
     first, second = trained_run(wb, "first"), trained_run(wb, "second")
     dataset_id = stored_test_set(wb, tmp_path)
@@ -312,7 +312,7 @@ def test_a_run_is_never_ranked_against_its_own_second_evaluation(wb, tmp_path, m
 
 
 def test_the_dataset_a_run_trained_on_is_no_test_set_for_it(wb, tmp_path):
-    from jobs.spec import DataSpec, RunSpec
+    from jobs.specs.run import DataSpec, RunSpec
 
     dataset_id = stored_test_set(wb, tmp_path)
     spec = RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset_id), model="fake:succeed",

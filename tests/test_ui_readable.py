@@ -9,9 +9,9 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from jobs.fake_runner import InProcessRunner
-from jobs.spec import DataSpec, RunSpec
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import DataSpec, RunSpec
 from storage.models import Run
 from tests.queue_support import wait_until
 from tests.test_ui_sweeps import base_json
@@ -21,7 +21,7 @@ from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
 from workbench.ui import compare_tab, runs_tab, sweep_tab
 
-# What the engine records beside the scores (jobs/engine.py, jobs/attention.py): none of it is for reading.
+# What the engine records beside the scores (jobs/training/engine.py, jobs/training/attention.py): none of it is for reading.
 BOOKKEEPING = {"evaluations": 0, "evaluation_seconds": 0.0, "checkpoints": 2, "processes": 1,
                "attention": "sdpa", "padding": "dynamic",
                "attention_reason": "flash-attn 2 is not installed; SDPA runs without it",

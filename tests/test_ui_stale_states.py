@@ -12,9 +12,9 @@ import types
 import gradio as gr
 import pytest
 
-from jobs.fake_runner import InProcessRunner
-from jobs.spec import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
 from storage.models import Dataset, Run
 from tests.queue_support import wait_until
 from tests.tiny_models import classification_records, distinct, write_jsonl

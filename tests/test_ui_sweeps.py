@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
-from jobs.fake_runner import InProcessRunner
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
 from tests.queue_support import fake_spec, wait_until
 from workbench.errors import ConfigError
 from workbench.services import datasets, sweeps
@@ -83,7 +83,7 @@ def test_value_vs_trial_keeps_the_best_so_far_by_direction():
 
 def test_a_running_sweep_says_how_long_it_still_needs(wb, tmp_path, monkeypatch):
     """Issue 25: a sweep waited 10 minutes with no word; the view says the time left, or why it cannot."""
-    from jobs import queue
+    from jobs.queue import table as queue
     from storage.models import Run
     from workbench.services import estimates
 

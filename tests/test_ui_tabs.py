@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.models import MetricPoint, Run
 from workbench.services import runs as runs_service
 from workbench.ui import compare_tab, runs_tab, train_tab

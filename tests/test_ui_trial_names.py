@@ -7,7 +7,7 @@ import re
 import pytest
 from sqlalchemy import update
 
-from jobs.sweep_spec import SweepSpec
+from jobs.specs.sweep import SweepSpec
 from storage.models import Run
 from tests.queue_support import fake_spec
 from tests.tiny_models import classification_records, write_jsonl

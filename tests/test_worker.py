@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs import queue
-from jobs.fake_runner import InProcessRunner, fake_subprocess_runner
-from jobs.runner import Launch, SubprocessRunner
-from jobs.spec import TrainSpec
-from jobs.worker import Worker, detect_gpus
+from jobs.process.fake_runner import InProcessRunner, fake_subprocess_runner
+from jobs.queue import table as queue
+from jobs.queue.runner import Launch, SubprocessRunner
+from jobs.queue.worker import Worker, detect_gpus
+from jobs.specs.run import TrainSpec
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Run, utcnow
 from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
 from workbench.services import runs
@@ -187,11 +187,11 @@ def test_continue_and_clone_run_through_the_worker(qwb):
 def test_subprocess_argv_and_environment(tmp_path):
     runner = SubprocessRunner()
     one = Launch(5, 2, tmp_path, (1,))
-    assert runner.argv(one)[1:] == ["-m", "jobs.run_job", "5", "--attempt", "2"]
+    assert runner.argv(one)[1:] == ["-m", "jobs.process.run_job", "5", "--attempt", "2"]
     ddp = runner.argv(Launch(5, 1, tmp_path, (0, 1)))
     assert ddp[1:6] == ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     assert ddp[6:8] == ["--main_process_ip", "127.0.0.1"] and ddp[8] == "--main_process_port"
-    assert ddp[10:13] == ["-m", "jobs.run_job", "5"]
+    assert ddp[10:13] == ["-m", "jobs.process.run_job", "5"]
     assert Launch(5, 1, tmp_path, (0, 1)).device == "cuda:0,1" and Launch(5, 1, tmp_path).device == "cpu"
     # the child sees exactly its GPUs, and an empty list (CPU) as an empty CUDA_VISIBLE_DEVICES
     probe = SubprocessRunner(module="tests.print_env")
@@ -217,7 +217,7 @@ def test_kill_9_of_the_worker_process_then_a_new_worker_resumes(qwb, tmp_path):
     log = tmp_path / "executions.log"
     run_id = _submit(qwb, "fake:steps:60:0.1")
     env = {**os.environ, **qwb.settings.as_env(), "FAKE_RUNNER_LOG": str(log)}
-    code = ("from jobs.fake_runner import fake_subprocess_runner; from jobs.worker import Worker; "
+    code = ("from jobs.process.fake_runner import fake_subprocess_runner; from jobs.queue.worker import Worker; "
             "from storage.context import open_workbench; "
             "Worker(open_workbench(), fake_subprocess_runner(), gpus=[]).run_forever()")
     worker_process = subprocess.Popen([sys.executable, "-c", code], env=env)

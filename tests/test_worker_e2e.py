@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
-from jobs.worker import Worker
+from jobs.queue.worker import Worker
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.models import CANCELLED, RUNNING, SUCCEEDED
 from tests.queue_support import qwb, wait_until  # noqa: F401
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl

@@ -5,7 +5,7 @@ import json
 import random
 from pathlib import Path
 
-from jobs.catalogue import packaged_model_path
+from jobs.training.catalogue import packaged_model_path
 
 
 def tiny_bert(folder: Path, **overrides) -> Path:

@@ -89,7 +89,7 @@ def create_app(wb: Workbench, *, worker: bool = True):
     async def lifespan(_app) -> AsyncIterator[None]:
         handle = None
         if worker:
-            from jobs.worker import start_embedded_worker
+            from workbench.services.workers import start_embedded_worker
 
             handle = start_embedded_worker(wb)
             log.info("embedded worker started")

@@ -27,7 +27,7 @@ from jobs.export.runtime import ONNX_DIR, OUTPUT_NAMES, PYTORCH, VARIANT_FILES, 
 from jobs.export.spec import ExportSpec
 from jobs.predict.spec import ModelRef
 from jobs.progress import PREPARING, Cancelled, report_phase
-from jobs.spec import RunSpec
+from jobs.specs.run import RunSpec
 from storage.errors import ConfigError, TrainingError
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,10 @@ def run_export(spec: ExportSpec, model: ModelRef, run_spec: RunSpec, output_dir:
     or an fp32 graph that disagrees with PyTorch, ``Cancelled`` when the reporter asks to stop."""
     import torch
 
-    from jobs.engine import validation_records
     from jobs.predict.infer import load_predictor
-    from jobs.setfit_method import is_setfit_model
-    from jobs.training import pick_device
+    from jobs.training.data import validation_records
+    from jobs.training.sentence_model import is_setfit_model
+    from jobs.training.trainer import pick_device
 
     started = time.perf_counter()
     report_phase(reporter, PREPARING)

@@ -5,7 +5,7 @@ sequence axes. Optimum's exporter (``optimum-onnx``) would be the usual choice, 
 transformers < 4.58 and the workbench runs transformers 5; the TorchScript path traced every architecture of
 the catalogue (BERT, RoBERTa, ALBERT, DistilBERT, DeBERTa-v2, ELECTRA, ModernBERT) in tests/test_export.py.
 The model is loaded with eager attention for the trace (the SDPA path branches on shapes), exactly as the
-folder holds it: a LoRA run's ``model/`` is already merged (``jobs.engine._export``), a SetFit run's body and
+folder holds it: a LoRA run's ``model/`` is already merged (``jobs.training.engine._export``), a SetFit run's body and
 head export as one graph that returns the head's logits.
 
 int8 is ONNX Runtime's dynamic quantization (weights int8 per channel, activations quantized per batch at run
@@ -63,7 +63,7 @@ def load_torch_model(model_dir: str | Path, task: str):
     """The run's model as the exporter traces it: eager attention, evaluation mode, on the CPU."""
     import transformers
 
-    from jobs.setfit_method import is_setfit_model, load_classifier
+    from jobs.training.sentence_model import is_setfit_model, load_classifier
 
     if task not in _MODEL_CLASSES:
         raise ConfigError(f"ONNX export does not handle the task {task!r}")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from jobs.inference import MASK_PLACEHOLDER
+from jobs.evaluation.postprocess import MASK_PLACEHOLDER
 from jobs.progress import Cancelled, report_phase
 from storage.errors import TrainingError
 

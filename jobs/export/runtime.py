@@ -163,12 +163,13 @@ def load_onnx_model(model_dir: str | Path, onnx_dir: str | Path, runtime: str, *
 
 def model_config(model_dir: str | Path):
     """The run's ``PretrainedConfig``; a SetFit run's labels live in ``setfit.json``, not in its encoder's config,
-    and are put there as ``jobs.setfit_method.load_classifier`` puts them."""
+    and are put there as ``jobs.training.sentence_model.load_classifier`` puts them."""
     import json
 
     from transformers import AutoConfig
 
-    from jobs.setfit_method import CONFIG_FILE, is_setfit_model
+    from jobs.training.sentence_model import is_setfit_model
+    from jobs.training.setfit import CONFIG_FILE
 
     config = AutoConfig.from_pretrained(str(model_dir))
     if is_setfit_model(model_dir):

@@ -1,7 +1,7 @@
 """The spec of an export job: a finished run's model written as ONNX, on the same queue as training.
 
 An export has ``Run.kind == "export"``, ``Run.parent_run_id`` = the model's run and an ``ExportSpec`` as its
-``Run.spec``; ``jobs.run_job`` hands it to ``jobs.export.job.run_export``. fp32 is always exported (the parity
+``Run.spec``; ``jobs.process.run_job`` hands it to ``jobs.export.job.run_export``. fp32 is always exported (the parity
 check measures the others against PyTorch through it); int8 is on by default because it is the variant that
 makes a CPU faster; fp16 only pays on a GPU, so ``None`` means "when the job runs on one".
 """

@@ -4,7 +4,7 @@
 
 The test set goes through the very code the engine runs for a run's validation split
 (``module.prepare`` → ``module.build_model`` → ``module.evaluate(prepared, trainer.predict(...))`` or
-``module.evaluate_model``; a SetFit run through ``jobs.setfit_method``), with the model's own label ids
+``module.evaluate_model``; a SetFit run through ``jobs.training.setfit``), with the model's own label ids
 and the run's own hyper-parameters (max length, doc stride, multi-label, masking seed...). So a run
 evaluated on its own validation file gets exactly its validation metrics, and ``output_dir`` receives
 what a training run writes for its validation split (``metrics.json``, ``tables.json``,
@@ -62,7 +62,7 @@ def run_evaluation(spec: PredictSpec, model: ModelRef, records_paths: Sequence[s
     cannot be scored on, ``TrainingError``/``ConfigError`` for a model or run that cannot be read.
     """
     from jobs.tasks import task_module
-    from jobs.training import pick_device
+    from jobs.training.trainer import pick_device
 
     started = time.perf_counter()
     output_dir = Path(output_dir)
@@ -107,7 +107,7 @@ def read_test_set(module, records_paths: Sequence[str | Path]) -> tuple[list[dic
 def _score(spec: PredictSpec, model: ModelRef, module, records: list[dict], origins, hp: dict, device: str,
            reporter):
     """The evaluation of ``records``, through SetFit's classifier or the task module's Trainer path."""
-    from jobs.setfit_method import is_setfit_model
+    from jobs.training.sentence_model import is_setfit_model
 
     if not Path(model.model_dir).is_dir():
         raise TrainingError(f"the model of run {model.run_id} is missing: {model.model_dir}",
@@ -198,7 +198,8 @@ def _evaluate_with_trainer(spec: PredictSpec, model_ref: ModelRef, module, recor
     """Prepare, build and predict as the engine does for its validation split; returns (evaluation, batch size)."""
     from transformers import AutoConfig
 
-    from jobs.engine import _attention_path, _load_tokenizer
+    from jobs.training.attention import attention_path
+    from jobs.training.tokenizers import load_tokenizer
 
     path, task = model_ref.model_dir, model_ref.task
     config = AutoConfig.from_pretrained(path)
@@ -209,15 +210,15 @@ def _evaluate_with_trainer(spec: PredictSpec, model_ref: ModelRef, module, recor
         unseen = unseen_tags(records, run_hp["model_labels"])
         if unseen:
             log.warning("tags the model never saw count as wrong: %s", json.dumps(unseen))
-    tokenizer = _load_tokenizer(path, config, task)
+    tokenizer = load_tokenizer(path, config, task)
     prepared = module.prepare(_stand_in_train(module, records), records, tokenizer, config, run_hp)
     if task == "text-classification":  # scored with the temperature and thresholds the model predicts with
-        from jobs.inference import load_calibration
+        from jobs.evaluation.postprocess import load_calibration
 
         prepared.extra["stored_calibration"] = load_calibration(path)
     model = module.build_model(path, prepared, config)
     _same_labels(model, run_hp, path)
-    _attention_path(model, config, task, device, run_hp.get("precision", "auto"), prepared)
+    attention_path(model, config, task, device, run_hp.get("precision", "auto"), prepared)
     batch_size = run_hp["batch_size"] * 2 if task in PER_BATCH_LOSS_TASKS else (
         spec.batch_size or DEFAULT_BATCH.get(device.split(":")[0], 64))
     n_examples = len(prepared.eval_dataset)
@@ -256,7 +257,7 @@ def _trainer(model, tokenizer, prepared, hp: dict, device: str, batch_size: int,
 
     from transformers import TrainingArguments
 
-    from jobs.training import WorkbenchTrainer, precision_flags
+    from jobs.training.trainer import WorkbenchTrainer, precision_flags
 
     args = TrainingArguments(
         output_dir=tempfile.gettempdir(),  # nothing is saved: no training, no checkpoints
@@ -323,13 +324,13 @@ def _reorder(value: Any, inverse):
 
 def _evaluate_setfit(model_ref: ModelRef, records: list[dict], origins, hp: dict, device: str, batch_size: int,
                      reporter):
-    """A SetFit run's classifier on the test set, scored as ``jobs.setfit_method.train_setfit`` scores validation."""
+    """A SetFit run's classifier on the test set, scored as ``jobs.training.setfit.train_setfit`` scores validation."""
     import numpy as np
     from transformers import AutoTokenizer
 
-    from jobs.setfit_method import load_classifier
     from jobs.tasks import classification
     from jobs.tasks.common import Evaluation
+    from jobs.training.sentence_model import load_classifier
 
     classifier = load_classifier(model_ref.model_dir).to(device)
     tokenizer = AutoTokenizer.from_pretrained(model_ref.model_dir)
@@ -340,7 +341,7 @@ def _evaluate_setfit(model_ref: ModelRef, records: list[dict], origins, hp: dict
     label2id = {name: i for i, name in enumerate(names)}
     gold = np.asarray([classification.encode_label(r["label"], label2id, False) for r in records])
     metrics, tables = classification.compute_metrics_arrays(logits, gold, names, False)
-    from jobs.inference import load_calibration
+    from jobs.evaluation.postprocess import load_calibration
 
     classification.merge_calibration(metrics, tables, *classification.apply_stored(
         logits, gold, names, False, load_calibration(model_ref.model_dir)))
@@ -351,7 +352,7 @@ def _setfit_logits(classifier, tokenizer, texts: list[str], max_length: int, bat
     """``predict_logits`` chunk by chunk, reporting rows done and stopping when cancel is asked."""
     import numpy as np
 
-    from jobs.setfit_method import predict_logits
+    from jobs.training.sentence_model import predict_logits
 
     chunks = []
     for start in range(0, len(texts), SETFIT_CHUNK):
@@ -369,10 +370,10 @@ def _setfit_logits(classifier, tokenizer, texts: list[str], max_length: int, bat
 # --- outputs ------------------------------------------------------------------------------------------
 
 def write_evaluation(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
-    """``tables.json``, ``predictions.jsonl``, then ``metrics.json``: ``jobs.engine.write_outputs``'s format,
+    """``tables.json``, ``predictions.jsonl``, then ``metrics.json``: ``jobs.training.outputs.write_outputs``'s format,
     each file complete under a temporary name before it is renamed into place. ``outcomes.npz`` comes first
-    and ``metrics`` gains its ``metrics_ci`` in place (``jobs.outcomes``)."""
-    from jobs.outcomes import save_outcomes
+    and ``metrics`` gains its ``metrics_ci`` in place (``jobs.evaluation.outcomes``)."""
+    from jobs.evaluation.outcomes import save_outcomes
 
     metrics.update(save_outcomes(output_dir, evaluation))
     _write_atomic(output_dir / "tables.json", [json.dumps(evaluation.tables, indent=2)])

@@ -3,12 +3,12 @@
 Fast by construction: ``jobs.predict.job`` hands over batches of rows of about one length (sorted within
 a chunk), each batch is padded only to its own longest row (dynamic padding), the model runs under
 ``torch.inference_mode`` with SDPA attention (no attention weights held), and a batch is cut into
-forward passes that hold a bounded amount of activations (``jobs.inference.rows_per_pass``), so a batch of
+forward passes that hold a bounded amount of activations (``jobs.evaluation.postprocess.rows_per_pass``), so a batch of
 long rows never runs the device out of memory. Inputs are truncated to the run's ``max_length`` (the
 length it was trained at, within the model's limit) and each truncated row is flagged.
 
 Per task (the result shapes are in ``jobs.predict.job``): text classification (single texts, pairs,
-multi-label, SetFit runs; with the run's temperature and decision thresholds, ``jobs.inference.Calibration``),
+multi-label, SetFit runs; with the run's temperature and decision thresholds, ``jobs.evaluation.postprocess.Calibration``),
 token classification (free text split into words as the playground does, or pre-split CoNLL tokens
 tokenized as training tokenizes them), extractive QA (long contexts in overlapping windows, an empty answer
 where the null span beats every span) and masked LM (the top fills of each ``[MASK]``, or the
@@ -24,13 +24,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from jobs.export.runtime import PYTORCH, check_runtime, variant_path
-from jobs.inference import (MASK_PLACEHOLDER, PASS_FLOATS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
+from jobs.evaluation.postprocess import (MASK_PLACEHOLDER, PASS_FLOATS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
                             best_span, floats_per_token, group_entities, join_tokens, load_calibration,
                             pseudo_perplexity, replace_nth, rows_per_pass, softmax, split_words, top_fills,
                             word_ids_from_offsets, word_labels)
 from jobs.predict.inputs import MLM, QA, TEXT, TOKENS
 from jobs.predict.spec import ModelRef
-from jobs.setfit_method import is_setfit_model, load_classifier
+from jobs.training.sentence_model import is_setfit_model, load_classifier
 from storage.errors import ConfigError, TrainingError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def load_predictor(model: ModelRef, device: str = "auto", runtime: str = PYTORCH
     """The run's model (``model.model_dir``: a Trainer-saved folder or a SetFit run's) ready to predict; with
     an ONNX ``runtime``, that variant of the run's newest export (``model.onnx_dir``) answers the forward
     passes, and the tokenizer, lengths and calibration stay the run's."""
-    from jobs.training import pick_device  # torch and transformers load only when a model does
+    from jobs.training.trainer import pick_device  # torch and transformers load only when a model does
 
     model_dir = Path(model.model_dir)
     if not (model_dir / "config.json").is_file():
@@ -147,7 +147,7 @@ class TorchPredictor:
         id2label = {int(k): v for k, v in (config.id2label or {}).items()}
         self.labels = tuple(id2label[i] for i in sorted(id2label)) if task in (TEXT, TOKENS) else ()
         self.multi_label = multi_label or config.problem_type == "multi_label_classification"
-        # the run's temperature and decision thresholds (jobs.inference.load_calibration)
+        # the run's temperature and decision thresholds (jobs.evaluation.postprocess.load_calibration)
         self.calibration = load_calibration(model_dir) if task == TEXT else Calibration()
         self.calibrated = self.calibration.calibrated
         outputs = getattr(config, "vocab_size", 0) if task == MLM else max(2, len(self.labels))
@@ -387,6 +387,6 @@ class TorchPredictor:
 
 def _entities(text: str, words: Sequence[tuple[int, int]], labels: Sequence[Optional[tuple[str, float]]]
               ) -> list[dict]:
-    """``jobs.inference.group_entities`` spans in the output's terms: text, label, character start and end, score."""
+    """``jobs.evaluation.postprocess.group_entities`` spans in the output's terms: text, label, character start and end, score."""
     return [{"text": e["word"], "label": e["entity"], "start": e["start"], "end": e["end"], "score": e["score"]}
             for e in group_entities(text, words, labels)]

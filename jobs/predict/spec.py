@@ -1,9 +1,9 @@
 """The spec of a prediction or evaluation job: a run of another kind on the same queue.
 
-A training run has ``Run.kind == "train"`` and a ``jobs.spec.RunSpec``; a job that puts a finished run's
+A training run has ``Run.kind == "train"`` and a ``jobs.specs.run.RunSpec``; a job that puts a finished run's
 model to work has ``Run.kind`` "predict" or "evaluate", ``Run.parent_run_id`` = the model's run, and a
 ``PredictSpec`` as its ``Run.spec``. Both go through the same leases, workers, cancel and crash resume:
-``jobs.run_job`` reads the kind and hands the job to
+``jobs.process.run_job`` reads the kind and hands the job to
 
 - ``jobs.predict.job.run_prediction(spec, model, output_dir, reporter, device=...)`` for "predict": the
   input file streamed in chunks of ``chunk_rows`` rows, one output file at the end (``jobs.predict.writer``);
@@ -12,7 +12,7 @@ model to work has ``Run.kind`` "predict" or "evaluate", ``Run.parent_run_id`` = 
   run writes its validation results (``metrics.json``, ``tables.json``, ``predictions.jsonl``), so the run
   views (per-class tables, confusion matrix, error browser) read them unchanged.
 
-``ModelRef`` is what either needs of the model's run, resolved from the database by ``jobs.run_job``.
+``ModelRef`` is what either needs of the model's run, resolved from the database by ``jobs.process.run_job``.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class ModelRef:
     """The model's run, as a prediction or evaluation needs it."""
 
     run_id: int
-    task: str  # jobs.spec.TASKS
+    task: str  # jobs.specs.run.TASKS
     model_dir: str  # <run output_dir>/model
     hyperparameters: dict[str, Any]  # metrics.json["hyperparameters"]: max_length, multi_label, method, ...
     labels: tuple[str, ...] = ()  # the class or tag names, in the model's order (config.id2label)

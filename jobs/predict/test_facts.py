@@ -69,7 +69,7 @@ def count_truncated(model: ModelRef, records: Sequence[dict], max_length: int,
     if tokenizer is None:  # loaded as the engine loads it (a byte-level BPE tagger needs its prefix space)
         from transformers import AutoConfig
 
-        from jobs.engine import _load_tokenizer
+        from jobs.training.tokenizers import load_tokenizer as _load_tokenizer
 
         tokenizer = _load_tokenizer(model.model_dir, AutoConfig.from_pretrained(model.model_dir), model.task)
     return int((token_lengths(tokenizer, model.task, list(records)) > max_length).sum())

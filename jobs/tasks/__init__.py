@@ -1,6 +1,6 @@
 """One module per task; each holds pure preprocessing, metrics and post-processing.
 
-Every task module exposes the same small surface that ``jobs.engine`` drives:
+Every task module exposes the same small surface that ``jobs.training.engine`` drives:
 
     MAIN_METRIC                      the metric early stopping and "best checkpoint" follow
     prepare(train, validation, tokenizer, config, hp) -> Prepared

@@ -147,7 +147,7 @@ def prediction_rows(records: Sequence[dict], logits: np.ndarray, names: list[str
             gold_id = label2id.get(str(record["label"]))
             row = {"gold": str(record["label"]), "predicted": names[int(pred)],
                    "correct": names[int(pred)] == str(record["label"]), "score": round(float(prob[int(pred)]), 4),
-                   # the probability of the given label: the Errors view ranks by it (jobs.label_issues)
+                   # the probability of the given label: the Errors view ranks by it (jobs.audits.confident_learning)
                    "gold_score": None if gold_id is None else round(float(prob[gold_id]), 4)}
         row = {"text": record["text"], **({"text_pair": record["text_pair"]} if record.get("text_pair") else {}), **row}
         rows.append(row)
@@ -191,12 +191,12 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
 
 def build_model(path: str, prepared: Prepared, config):
     """A transformers sequence classifier, or for ``hp["head"] == "sentence"`` the sentence-transformers
-    model with its own pooling and a linear head (``jobs.setfit_method.build_sentence_classifier``)."""
+    model with its own pooling and a linear head (``jobs.training.sentence_head.build_sentence_classifier``)."""
     from transformers import AutoModelForSequenceClassification
 
     names = prepared.labels
     if prepared.extra.get("head") == "sentence":
-        from jobs.setfit_method import build_sentence_classifier
+        from jobs.training.sentence_head import build_sentence_classifier
 
         return build_sentence_classifier(path, names, prepared.extra["max_length"], prepared.train_dataset,
                                          prepared.collator, balanced=bool(prepared.extra["class_weights"]),
@@ -236,7 +236,7 @@ def merge_calibration(metrics: dict, tables: dict, found_metrics: dict, found_ta
 
 def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_label: bool, setting: str,
               target: str = "none") -> tuple[dict, dict]:
-    """Temperature scaling, and the decision thresholds, fitted on the validation logits (``jobs.calibration``).
+    """Temperature scaling, and the decision thresholds, fitted on the validation logits (``jobs.evaluation.calibration``).
 
     ``setting`` (``train.calibrate``): "auto" applies the temperature where it lowers the ECE (and the
     fit found a minimum inside its range), "on" always, "off" never; the ECE before and after is reported
@@ -244,9 +244,9 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_la
     serve (scaled when the temperature is applied), with their metrics beside those at 0.5. A binary run
     with a ``target`` (``train.threshold``) gets its positive class's threshold and the precision-recall
     curve. ``tables["calibration"]["model"]`` is what ``model/calibration.json`` holds
-    (``jobs.inference.load_calibration`` reads it).
+    (``jobs.evaluation.postprocess.load_calibration`` reads it).
     """
-    from jobs import calibration as cal
+    from jobs.evaluation import calibration as cal
 
     logits, labels = np.asarray(logits, dtype=np.float64), np.asarray(labels)
     # "auto" on a split too small to support a temperature fits none ("on" is the user's explicit choice)
@@ -297,11 +297,11 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_la
 
 def apply_stored(logits: np.ndarray, labels: np.ndarray, names: list[str], multi_label: bool,
                  stored) -> tuple[dict, dict]:
-    """The run's stored calibration (``jobs.inference.Calibration``, fitted on its validation split) applied
+    """The run's stored calibration (``jobs.evaluation.postprocess.Calibration``, fitted on its validation split) applied
     to other examples, a test set: the ECE of the raw and of the served scores, and the metrics at the
     stored decision thresholds beside those at 0.5 / the most probable class. Nothing is fitted here: a
     threshold tuned on the test set itself would flatter it."""
-    from jobs import calibration as cal
+    from jobs.evaluation import calibration as cal
 
     logits, labels = np.asarray(logits, dtype=np.float64), np.asarray(labels)
     before = cal.probabilities(logits, multi_label)
@@ -337,11 +337,11 @@ def apply_stored(logits: np.ndarray, labels: np.ndarray, names: list[str], multi
 
 
 def multi_label_thresholds(probs: np.ndarray, gold: np.ndarray) -> tuple[list[float], dict, list[dict]]:
-    """Per-class thresholds of best F1 (``jobs.calibration.tune_thresholds``), the metrics at them, and per
+    """Per-class thresholds of best F1 (``jobs.evaluation.calibration.tune_thresholds``), the metrics at them, and per
     class its threshold and F1 there (merged into the ``per_class`` table)."""
     from sklearn.metrics import f1_score
 
-    from jobs import calibration as cal
+    from jobs.evaluation import calibration as cal
 
     thresholds = cal.tune_thresholds(probs, gold)
     tuned = cal.decide_multi_label(probs, thresholds)
@@ -355,7 +355,7 @@ def multi_label_thresholds(probs: np.ndarray, gold: np.ndarray) -> tuple[list[fl
 def positive_class_threshold(probs: np.ndarray, labels: np.ndarray, names: list[str], target: str) -> dict:
     """The binary run's positive class (the rarer one in validation; the second on a tie), its threshold for
     ``target`` and the precision-recall curve; with the positive class's metrics at that threshold."""
-    from jobs import calibration as cal
+    from jobs.evaluation import calibration as cal
 
     counts = np.bincount(labels.astype(int), minlength=2)
     positive = 0 if counts[0] < counts[1] else 1

@@ -22,7 +22,7 @@ class Prepared:
     greater_is_better: bool = False
     label_names: Optional[list[str]] = None  # Trainer's label_names (QA: start/end positions)
     labels: Optional[list[str]] = None  # class / tag names, in id order
-    strata: Optional[list[int]] = None  # per training example, a class the batches keep mixed (jobs.sampling)
+    strata: Optional[list[int]] = None  # per training example, a class the batches keep mixed (jobs.training.sampling)
     extra: dict = dataclasses.field(default_factory=dict)  # task-specific state (eval features, flags)
 
 
@@ -33,7 +33,7 @@ class Evaluation:
     metrics: dict[str, float]
     tables: dict[str, Any]
     predictions: list[dict]
-    # per-unit arrays for ``jobs.outcomes`` when the rows cannot give them (masked-LM blocks' summed losses)
+    # per-unit arrays for ``jobs.evaluation.outcomes`` when the rows cannot give them (masked-LM blocks' summed losses)
     outcomes: Optional[dict] = None
 
 

@@ -142,7 +142,7 @@ def perplexity(loss: float) -> float:
 
 def evaluate_model(trainer, prepared: Prepared) -> Evaluation:
     """Perplexity = exp(mean loss on the fixed masked validation positions); with each block's summed loss
-    and masked-token count as its outcomes (``jobs.outcomes``: the perplexity's interval, paired comparisons)."""
+    and masked-token count as its outcomes (``jobs.evaluation.outcomes``: the perplexity's interval, paired comparisons)."""
     loss = float(trainer.evaluate(prepared.eval_dataset)["eval_loss"])
     metrics = {"perplexity": perplexity(loss), "mlm_loss": loss}
     if "perplexity_before" in prepared.extra:  # measured by the engine before the first step
@@ -181,7 +181,7 @@ def block_outcomes(trainer, dataset) -> Optional[dict]:
         return None
     seen: dict[str, int] = {}
     unique = []
-    for i in keep:  # a repeated block gets #2, #3... as jobs.outcomes.unit_ids does
+    for i in keep:  # a repeated block gets #2, #3... as jobs.evaluation.outcomes.unit_ids does
         seen[ids[i]] = seen.get(ids[i], 0) + 1
         unique.append(ids[i] if seen[ids[i]] == 1 else f"{ids[i]}#{seen[ids[i]]}")
     return {"task": np.asarray("masked-lm"), "ids": np.asarray(unique),

@@ -1,6 +1,6 @@
 """Finding a stored dataset: its database row by id, id prefix or name, and its normalized files.
 
-Both the service layer (the UI and the CLI) and the training process (``jobs.run_job``) reach a
+Both the service layer (the UI and the CLI) and the training process (``jobs.process.run_job``) reach a
 dataset's files through here, so a run reads exactly what ``workbench data show`` lists.
 """
 from __future__ import annotations

@@ -2,13 +2,13 @@
 between two runs is real; the Runs table shows the interval too.
 
 The two runs are finished rows added to the server's database, each with the per-example outcomes its final
-evaluation would have written (``jobs.outcomes``): nothing is trained here.
+evaluation would have written (``jobs.evaluation.outcomes``): nothing is trained here.
 """
 from __future__ import annotations
 
 import pytest
 
-from jobs import outcomes
+from jobs.evaluation import outcomes
 from storage.models import Run, utcnow
 from tests.browser.conftest import goto_ready, screenshot
 from tests.browser.test_workbench_ui import _service_workbench, choose, open_tab, wait_text

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from jobs import queue
-from jobs.spec import DataSpec, RunSpec
+from jobs.queue import table as queue
+from jobs.specs.run import DataSpec, RunSpec
 from storage.context import open_workbench
 from storage.models import SUCCEEDED
 from storage.settings import Settings

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from jobs.spec import DataSpec, RunSpec, TrainSpec
+from jobs.specs.run import DataSpec, RunSpec, TrainSpec
 from storage.context import open_workbench
 from storage.settings import Settings
 from tests.browser.conftest import Server, chromium_path, goto_ready, screenshot, tiny_model, wait_run_status

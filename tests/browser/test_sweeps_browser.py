@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from jobs.fake_runner import InProcessRunner
-from jobs.spec import DEFAULT_MODEL, DataSpec, RunSpec
-from jobs.sweep_spec import SweepSpec
-from jobs.worker import Worker
+from jobs.process.fake_runner import InProcessRunner
+from jobs.queue.worker import Worker
+from jobs.specs.run import DEFAULT_MODEL, DataSpec, RunSpec
+from jobs.specs.sweep import SweepSpec
 from storage.context import open_workbench
 from storage.models import Run
 from storage.settings import Settings

@@ -397,7 +397,7 @@ def _service_workbench(server):
 
 
 def _tiny_run(wb, model, dataset_id: str, task: str, name: str, **train) -> int:
-    from jobs.spec import DataSpec, RunSpec, TrainSpec
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from workbench.services import runs as runs_service
 
     spec = RunSpec(task=task, model=str(model), data=DataSpec(dataset_id=dataset_id), name=name,

@@ -180,7 +180,7 @@ def audit(
 ) -> None:
     """Find labels that are probably wrong: k-fold runs predict every example once, confident
     learning ranks the disagreements. Prints the audit id (with --wait: the ranked issues)."""
-    from jobs.spec import DEFAULT_MODEL
+    from workbench.services.specs import DEFAULT_MODEL
     from workbench.services import audits
 
     with open_workbench() as wb:

@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from jobs import baselines
-from jobs.spec import HEADLINE_METRICS
+from workbench.services import baselines
+from workbench.services.specs import HEADLINE_METRICS
 from storage.context import open_workbench
 from workbench.cli import emit, id_argument, parse_id, runs_app
 from storage.models import KIND_EXPORT, KIND_TRAIN

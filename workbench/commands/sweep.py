@@ -33,7 +33,7 @@ def _load_yaml(path: Optional[Path]) -> dict[str, Any]:
     """The sweep file's mapping, read within the spec-file limits and checked as far as it goes without flags."""
     if path is None:
         return {}
-    from jobs.spec_files import load_sweep_spec_file
+    from workbench.services.specs import load_sweep_spec_file
 
     return load_sweep_spec_file(path)
 
@@ -41,7 +41,7 @@ def _load_yaml(path: Optional[Path]) -> dict[str, Any]:
 def build_sweep_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, lora, params: list[str],
                      trials, parallel, pruner, metric, direction, name, seed):
     """Config file first, flags over it; the base run spec is built as `workbench train` builds one."""
-    from jobs.sweep_spec import SweepSpec, default_space, parse_param
+    from workbench.services.specs import SweepSpec, default_space, parse_param
     from workbench.commands.train import build_spec
 
     raw = dict(config)
@@ -66,7 +66,7 @@ def build_sweep_spec(wb, config: dict[str, Any], *, task, data, eval_data, model
 
 
 def _summary(sweep: dict[str, Any]) -> str:
-    from jobs.sweep_spec import format_params
+    from workbench.services.specs import format_params
 
     counts = sweep["counts"]
     lines = [f"sweep {sweep['id']}: {sweep['status']} — {len(sweep['trials'])}/{sweep['n_trials']} trials "

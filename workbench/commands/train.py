@@ -17,7 +17,7 @@ def _load_config(path: Optional[Path]) -> dict[str, Any]:
     """The run spec file's mapping, read within the spec-file limits and checked as far as it goes without flags."""
     if path is None:
         return {}
-    from jobs.spec_files import load_run_spec_file
+    from workbench.services.specs import load_run_spec_file
 
     return load_run_spec_file(path)
 
@@ -35,7 +35,7 @@ def _dataset_id(wb, value: str, task: str, validation: Optional[str] = None) -> 
 def build_spec(wb, config: dict[str, Any], *, task, data, eval_data, model, epochs, lr, batch_size, max_length,
                lora, procs: Optional[int] = None, method: Optional[str] = None):
     """Config file first, flags over it; data paths become dataset ids."""
-    from jobs.spec import RunSpec
+    from workbench.services.specs import RunSpec
     from workbench.services import datasets
 
     raw = dict(config)

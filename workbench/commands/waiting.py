@@ -11,12 +11,11 @@ import typer
 def worker_unless_one_is_alive(wb, run_ids: Iterable[int], what: str) -> Iterator[None]:
     """With no worker heard from lately, run ``run_ids`` (only those) on a worker thread of this process,
     saying so on stderr (``what``: "training run 5"), so that a command that waits still completes."""
-    from jobs import queue
-    from jobs.worker import start_embedded_worker
+    from workbench.services.workers import live_workers, start_embedded_worker
 
     recent = max(15.0, 3 * wb.settings.heartbeat_seconds)
     embedded = None
-    if queue.live_workers(wb.db, recent) == 0:
+    if live_workers(wb.db, recent) == 0:
         typer.echo(f"no worker has been seen in the last {recent:.0f} s; {what} in this process", err=True)
         embedded = start_embedded_worker(wb, max_jobs=1, only_runs=list(run_ids))
     try:

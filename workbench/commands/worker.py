@@ -34,7 +34,7 @@ def worker(max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Runs
                                                     help="Prediction, evaluation and export jobs run beside the "
                                                          "runs (default WORKBENCH_SHORT_JOBS); 0: none.")) -> None:
     """Run queued trainings, each in its own process; Ctrl-C or SIGTERM hands running runs back to the queue."""
-    from jobs.worker import Worker
+    from workbench.services.workers import Worker
     from storage.context import open_workbench
 
     if procs is not None and procs < 1:

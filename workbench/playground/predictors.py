@@ -1,7 +1,7 @@
 """Prediction over a saved model folder, one code path per task, batch first.
 
 The post-processing (word grouping for NER/POS, answer spans for QA) is done
-by module-level pure functions over offsets, in ``jobs.inference`` where the
+by module-level pure functions over offsets, in ``jobs.evaluation.postprocess`` where the
 prediction jobs share them, so it is unit-tested on hand-made inputs without a
 model. Inputs are validated before any model work; a bad input raises
 ``InvalidInput`` (HTTP 422 at the edge) with a message that says what shape
@@ -17,13 +17,11 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from jobs.export.runtime import PYTORCH, check_runtime, load_onnx_model
-from jobs.inference import (  # noqa: F401 - re-exported: the playground's names for the shared functions
-    MASK_PLACEHOLDER, PASS_FLOATS, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, Calibration, apply_calibration, best_span,
-    floats_per_token, group_entities, load_calibration, replace_nth, rows_per_pass, softmax, split_words,
-    word_ids_from_offsets, word_labels)
-from jobs.setfit_method import is_setfit_model, load_classifier
 from workbench.errors import ConfigError
+from workbench.services.serving import (  # noqa: F401 - re-exported: the playground's names for the shared functions
+    MASK_PLACEHOLDER, PASS_FLOATS, PYTORCH, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
+    best_span, check_runtime, floats_per_token, group_entities, is_setfit_model, load_calibration, load_classifier,
+    load_onnx_model, replace_nth, rows_per_pass, softmax, split_words, word_ids_from_offsets, word_labels)
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +184,7 @@ class Predictor:
         self.doc_stride = min(doc_stride or QA_STRIDE, self.max_length // 3)
         self.id2label = {int(k): v for k, v in (config.id2label or {}).items()}
         self.multi_label = config.problem_type == "multi_label_classification"
-        # the run's temperature and decision thresholds (jobs.inference.load_calibration)
+        # the run's temperature and decision thresholds (jobs.evaluation.postprocess.load_calibration)
         self.calibration = load_calibration(model_dir) if kind in (TEXT, PAIR) else Calibration()
         outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
         self.floats_per_token = floats_per_token(config, outputs)

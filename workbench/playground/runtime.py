@@ -13,13 +13,13 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from jobs.export.runtime import variant_path
 from storage.context import Workbench
 from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
 from workbench.playground.cache import ModelCache, folder_weight_bytes, pick_device
 from workbench.playground.limits import ClientBounds, ForwardSlots, RateLimit
 from workbench.playground.predictors import FIELDS, InvalidInput, Predictor, normalize_inputs, resolve_kind
+from workbench.services.serving import variant_path
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,13 +21,13 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import select
 
-from jobs import baselines
-from jobs.export.runtime import PYTORCH, check_runtime
-from jobs.spec import HEADLINE_METRICS
 from storage.context import Workbench
 from storage.models import SUCCEEDED, Dataset, Playground, Run
 from workbench.errors import ConfigError, InvalidState, ModelUnavailable, NotFound, WorkbenchError
+from workbench.services import baselines
 from workbench.services.predictions import runtime_dir
+from workbench.services.serving import PYTORCH, check_runtime
+from workbench.services.specs import HEADLINE_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ def get_card(wb: Workbench, slug: str) -> dict[str, Any]:
             "train_examples": n_train,
             "validation_examples": n_val,
             "metrics": metrics,
-            "metrics_ci": raw.get("metrics_ci") or {},  # 95 % intervals of the scores (jobs.outcomes)
+            "metrics_ci": raw.get("metrics_ci") or {},  # 95 % intervals of the scores (jobs.evaluation.outcomes)
             # what the score means: the same split scored by a majority class and a TF-IDF model
             "baselines": baselines.summary(raw),
             "verdict": baselines.warning(raw),

@@ -6,7 +6,7 @@ other k-1 folds (its engine splits off its own 10 % to pick a checkpoint) and pr
 (``DataSpec.predict_path``). So every example is predicted exactly once, by a model that never
 saw it, and the folds run in parallel on as many workers as there are, with the queue's leases,
 retries and crash resume. Once every fold has succeeded, confident learning
-(``jobs.label_issues``) ranks the examples whose given label disagrees with a confidently
+(``jobs.audits.confident_learning``) ranks the examples whose given label disagrees with a confidently
 predicted other one; the ranking is written to the audit's folder once and read from there.
 
 The user marks each flagged example keep, relabel or drop (``audit_decisions``, one row per
@@ -27,11 +27,12 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 from sqlalchemy import select
 
-from jobs import baselines, label_issues
-from jobs import queue
-from jobs.engine import HELDOUT_FILE
-from jobs.spec import DEFAULT_MODEL, DataSpec, LoraSpec, RunSpec, TrainSpec
-from jobs.states import ACTIVE
+from jobs.evaluation import baselines
+from jobs.audits import confident_learning as label_issues
+from jobs.queue import table as queue
+from jobs.training.outputs import HELDOUT_FILE
+from jobs.specs.run import DEFAULT_MODEL, DataSpec, LoraSpec, RunSpec, TrainSpec
+from jobs.queue.states import ACTIVE
 from storage.context import Workbench
 from storage.models import CANCELLED, FAILED, QUEUED, SUCCEEDED, Audit, AuditDecision, Dataset, Run, utcnow
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
@@ -428,7 +429,7 @@ def _rank(wb: Workbench, audit_id: int) -> None:
 
 def held_out_baselines(oos: dict[str, Any]) -> dict[str, float]:
     """The baselines' held-out accuracy on the audit's own folds: each fold predicted by a majority class and,
-    for text classification, a TF-IDF + logistic regression fitted on the other folds (``jobs.baselines``).
+    for text classification, a TF-IDF + logistic regression fitted on the other folds (``jobs.evaluation.baselines``).
     Token tagging: the most frequent tag, per word. Fold models that do not beat these have learned nothing
     a reviewer should act on."""
     given = oos["given"]

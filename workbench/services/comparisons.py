@@ -3,8 +3,8 @@
     compare_runs(wb, a, b, metric=None) -> {"metric", "a", "b", "difference", "ci", "p_value", "verdict", ...}
     rank_runs(wb, run_ids, metric=None) -> one row per run, marked when not distinguishable from the best
 
-Runs are paired by example id (``jobs.outcomes``: a digest of each example's input and gold answer),
-never by position; the same bootstrap resamples score both runs (``jobs.stats.paired_bootstrap``).
+Runs are paired by example id (``jobs.evaluation.outcomes``: a digest of each example's input and gold answer),
+never by position; the same bootstrap resamples score both runs (``jobs.evaluation.stats.paired_bootstrap``).
 Nothing is re-run: ``outcomes.npz`` was written by the run's final evaluation, or by an evaluation job.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from jobs import outcomes as outcomes_io
-from jobs import stats
-from jobs.spec import HEADLINE_METRICS
+from jobs.evaluation import outcomes as outcomes_io
+from jobs.evaluation import stats
+from jobs.specs.run import HEADLINE_METRICS
 from storage.context import Workbench
 from storage.models import KIND_PREDICT, KIND_TRAIN, SUCCEEDED
 from workbench.errors import ConfigError, InvalidState
@@ -142,7 +142,7 @@ def _evaluated_on(run: dict) -> str:
 
 
 def _metric(loaded: dict, metric: Optional[str]):
-    """The metric's name, its ``jobs.stats`` statistic and the first run's per-unit columns."""
+    """The metric's name, its ``jobs.evaluation.stats`` statistic and the first run's per-unit columns."""
     available = outcomes_io.metric_columns(loaded["outcomes"])
     if not available:
         raise InvalidState(f"run {loaded['run']['id']} saved no per-example scores to compare")

@@ -22,7 +22,7 @@ from storage.datasets.formats import check_task
 from storage.datasets.lookup import dataset_files as storage_dataset_files, find_dataset
 from storage.datasets.stats import load_tokenizer
 from storage.datasets.store import content_address, dataset_id, file_sha256
-from jobs.states import ACTIVE
+from jobs.queue.states import ACTIVE
 from storage.models import QUEUED, Dataset, Run
 from workbench.errors import ConfigError, InvalidState, NotFound
 

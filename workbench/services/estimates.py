@@ -1,6 +1,6 @@
 """How long a run will take: training plus every evaluation, calibrated on this machine's past runs.
 
-A finished run's ``metrics`` hold the parts of its time (``jobs.engine``): optimisation
+A finished run's ``metrics`` hold the parts of its time (``jobs.training.engine``): optimisation
 throughput (``samples_per_second``), its evaluations, checkpoints, start-up and final
 evaluation. ``estimate_run`` takes the most recent succeeded runs of the same model, task
 and kind of device, scales their throughput by the tokens per example of each dataset,
@@ -12,7 +12,7 @@ measured under (``machine.load_per_cpu``, recorded by the engine) to the usual l
 the point is the median of their costs and the range is the median spread of their totals
 around it (never under ±15 %, nor under ±30 % with one or two past runs), so one slow
 outlier does not widen it. ``sureness`` says so in words ("based on 3 past runs; ±15 %").
-Without such a run it falls back to the parameter-count heuristic of ``jobs.catalogue``
+Without such a run it falls back to the parameter-count heuristic of ``jobs.training.catalogue``
 with a wide range. ``estimate_sweep`` adds up a sweep's trials with the expected effect of
 pruning; an audit's folds are estimated in ``workbench.services.audits``.
 
@@ -29,8 +29,9 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
-from jobs import catalogue, hyperparameters
-from jobs.spec import RunSpec
+from jobs.specs import hyperparameters
+from jobs.specs.run import RunSpec
+from jobs.training import catalogue
 from storage.context import Workbench
 from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 
@@ -56,7 +57,7 @@ def expected_device(setting: str) -> str:
     """The kind of device a run submitted now will train on (looked up once: nvidia-smi is slow)."""
     if setting != "auto":
         return device_kind(setting)
-    from jobs.worker import detect_gpus
+    from jobs.queue.worker import detect_gpus
 
     return "cuda" if detect_gpus("auto") else "cpu"
 
@@ -198,7 +199,7 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
         return None
     if not info.parameters:
         return None
-    from jobs.setfit_method import pools_as_supported
+    from jobs.training.sentence_model import pools_as_supported
 
     shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
     shape["sentence_head"] = shape["sentence_model"] and pools_as_supported(catalogue.load_path(info))
@@ -251,7 +252,7 @@ def _at_usual_load(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _load(metrics: dict[str, Any]) -> Optional[float]:
-    """The machine's load per CPU while the run ran (``jobs.engine``), or None."""
+    """The machine's load per CPU while the run ran (``jobs.training.engine``), or None."""
     load = (metrics.get("machine") or {}).get("load_per_cpu")
     return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
 
@@ -289,7 +290,7 @@ def estimate_sweep(wb: Workbench, base: RunSpec, n_trials: int, parallelism: int
 
     ``trial`` is one trial as estimated for the base spec (a searched epochs or model changes it);
     ``seconds`` all trials run to the end; ``pruned_seconds`` what pruning is expected to leave, assuming
-    that after the pruner's start-up trials (``jobs.sweeps.make_pruner``) ``PRUNED_SHARE`` of the trials
+    that after the pruner's start-up trials (``jobs.sweeps.driver.make_pruner``) ``PRUNED_SHARE`` of the trials
     stop at their first evaluation (none can stop early without an evaluation before the end); ``wall_seconds``
     that work spread over ``parallelism`` trials at a time, as far as ``workers`` slots allow.
     """

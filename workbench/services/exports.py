@@ -2,7 +2,7 @@
 
 An export is a run of another kind (``storage.models.KIND_EXPORT``) on the same queue as training, with the
 model's run as its ``parent_run_id`` and a ``jobs.export.spec.ExportSpec`` as its spec, so a worker claims,
-leases, cancels and retries it like any job (``jobs.run_job`` hands it to ``jobs.export.job``). This module
+leases, cancels and retries it like any job (``jobs.process.run_job`` hands it to ``jobs.export.job``). This module
 refuses what cannot be exported before anything is queued, and gives the views the UI and the CLI share:
 a run's latest export with its report (``export.json``), and the downloadable zip of the model with the
 latest successful export's ``onnx/`` folder in it. Plain dicts out, ``workbench.errors`` raised; no gradio.
@@ -20,10 +20,10 @@ from typing import Any, Iterator, Optional
 
 from sqlalchemy import select
 
-from jobs import queue
 from jobs.export.runtime import ONNX_DIR, latest_onnx_dir
 from jobs.export.spec import ExportSpec
-from jobs.states import ACTIVE
+from jobs.queue import table as queue
+from jobs.queue.states import ACTIVE
 from storage.context import Workbench
 from storage.models import FAILED, KIND_EXPORT, KIND_TRAIN, QUEUED, SUCCEEDED, Run
 from workbench.errors import InvalidState, NotFound

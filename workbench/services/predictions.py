@@ -1,7 +1,7 @@
 """Putting a trained run's model to work: prediction jobs over whole files, and evaluations on test sets.
 
 Both are runs of another kind (``storage.models.KIND_PREDICT`` / ``KIND_EVALUATE``) on the same queue as
-training, so a worker claims, leases, cancels and resumes them the same way (``jobs.run_job`` executes
+training, so a worker claims, leases, cancels and resumes them the same way (``jobs.process.run_job`` executes
 them through ``jobs.predict``). This module checks what a user asks for before anything is queued, and
 gives the views the UI and the CLI share: a run's jobs, their downloads, the test sets and the runs
 evaluated on each. Plain dicts out, ``workbench.errors`` raised; no gradio here.
@@ -20,16 +20,16 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import aliased
 
-from jobs import queue
+from jobs.queue import table as queue
 from jobs.export.runtime import PYTORCH, VARIANT_FILES, check_runtime, latest_onnx_dir, variant_path
 from jobs.predict.evaluate import check_classification_labels
 from jobs.predict.infer import run_reads_pairs
 from jobs.predict.spec import PredictSpec
-from jobs.run_job import model_labels as run_model_labels
+from jobs.process.run_job import model_labels as run_model_labels
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files, find_dataset
 from storage.datasets.pipeline import read_records
-from jobs.states import ACTIVE
+from jobs.queue.states import ACTIVE
 from storage.models import (FAILED, KIND_EVALUATE, KIND_PREDICT, KIND_TRAIN, PRUNED, QUEUED, SUCCEEDED, Artifact,
                             Dataset, Run, utcnow)
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError

@@ -2,7 +2,7 @@
 
 The functions the UI, the CLI and the tests call. They return plain dicts
 (JSON-ready) and raise ``workbench.errors``; no gradio here. The queue mechanics
-(claims, leases) are in ``jobs.queue``; this module adds the user's view of them.
+(claims, leases) are in ``jobs.queue.table``; this module adds the user's view of them.
 """
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from typing import Any, Mapping, Optional
 from sqlalchemy import String, cast, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jobs import baselines, queue
-from jobs.failures import log_tail
-from jobs.runner import PROCESS_LOG
-from jobs.spec import RunSpec
-from jobs.states import ACTIVE, TERMINAL
+from jobs.evaluation import baselines
+from jobs.queue import table as queue
+from jobs.queue.failures import log_tail
+from jobs.queue.runner import PROCESS_LOG
+from jobs.specs.run import RunSpec
+from jobs.queue.states import ACTIVE, TERMINAL
 from storage.context import Workbench
 from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SHORT_KINDS, SUCCEEDED,
                             Dataset, MetricPoint, Run, Worker, utcnow)
@@ -213,7 +214,7 @@ def retry_run(wb: Workbench, run_id: int) -> int:
         if sweep_id is None and dataset_id:
             _require_dataset(session, dataset_id)
     if sweep_id is not None:
-        from jobs.sweeps import refused_retry_reason
+        from jobs.sweeps.driver import refused_retry_reason
 
         raise InvalidState(f"cannot retry run {run_id}: {refused_retry_reason(status)}")
     queue.requeue(wb.db, run_id)
@@ -327,8 +328,8 @@ def queue_positions(wb: Workbench, now: Optional[dt.datetime] = None) -> dict[in
     "workers", "unknown", "lane"}}``.
 
     ``lane`` is "short" for a prediction, evaluation or export job while live workers have a short-job lane
-    (``jobs.worker``), else "main". ``position`` counts from 1 in the order workers claim runs
-    (``jobs.queue.claim``: priority, then id) among the runs of its lane; ``ahead`` lists the running and
+    (``jobs.queue.worker``), else "main". ``position`` counts from 1 in the order workers claim runs
+    (``jobs.queue.table.claim``: priority, then id) among the runs of its lane; ``ahead`` lists the running and
     queued runs before it there. The expected start plays the queue forward on the live workers' slots: a
     running run frees its slot after its live ETA (or its estimate less the time it has run), a queued one
     holds a slot for its estimate; a short job takes a lane slot or a main one, whichever frees first (the
@@ -506,7 +507,7 @@ def read_run_errors(output_dir: str | Path, limit: int = 200) -> list[dict[str, 
 
     Each row gets ``label_quality``: the model's probability for the given label (for a tagged
     sentence, the lowest over its wrongly predicted words); rows are sorted by it, lowest first,
-    the way a label audit ranks (``jobs.label_issues``). ``suspicious`` is confident learning's
+    the way a label audit ranks (``jobs.audits.confident_learning``). ``suspicious`` is confident learning's
     verdict: the predicted label reaches its class threshold, the mean probability the model gives
     that class on the validation examples labelled with it. Runs trained before the given label's
     probability was recorded (and QA, multi-label) keep file order, without either field.
@@ -661,7 +662,7 @@ def group_summaries(wb: Workbench, groups: list[int], metrics: Optional[tuple[st
     "n"}`` in one query. ``mean``/``std`` map each metric (``metrics``, default the task's headline ones) to
     the mean and the sample standard deviation (n-1; None below two) over the succeeded members; ``n`` counts
     those."""
-    from jobs.spec import HEADLINE_METRICS
+    from jobs.specs.run import HEADLINE_METRICS
 
     if not groups:
         return {}

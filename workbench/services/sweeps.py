@@ -1,7 +1,7 @@
 """Sweeps: create, list, show, cancel, parameter importance, the best trials.
 
 What the UI, the CLI and the tests call; plain dicts out, ``workbench.errors`` raised,
-no gradio. The mechanics (asking Optuna, telling it, topping up) are in ``jobs.sweeps``.
+no gradio. The mechanics (asking Optuna, telling it, topping up) are in ``jobs.sweeps.driver``.
 """
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any, Optional
 
 from sqlalchemy import select, update
 
-from jobs import baselines, queue
-from jobs import sweeps as engine
-from jobs.spec import RunSpec
-from jobs.states import ACTIVE
-from jobs.sweep_spec import PARAMETERS, SweepSpec
+from jobs.evaluation import baselines
+from jobs.queue import table as queue
+from jobs.sweeps import driver as engine
+from jobs.specs.run import RunSpec
+from jobs.queue.states import ACTIVE
+from jobs.specs.sweep import PARAMETERS, SweepSpec
 from storage.context import Workbench
 from storage.models import (CANCELLED, FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLING, SWEEP_RUNNING, Run,
                             Sweep, utcnow)
@@ -38,7 +39,7 @@ def _iso(value: Optional[dt.datetime]) -> Optional[str]:
 
 def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
     """Create the sweep and its Optuna study, and queue its first ``parallelism`` trials (at most
-    ``jobs.sweeps.ASKS_PER_ADVANCE``; the workers queue the rest). Returns its id."""
+    ``jobs.sweeps.driver.ASKS_PER_ADVANCE``; the workers queue the rest). Returns its id."""
     from workbench.services.runs import submit_run_checks
 
     submit_run_checks(wb, engine.apply_params(spec.base, {}))
@@ -86,7 +87,7 @@ def _trial_rows(wb: Workbench, sweep: Sweep, spec: SweepSpec) -> list[dict[str, 
                      "last_reported": last, "steps_reported": len(intermediate),
                      "progress": float(run.progress or 0.0) if run else 0.0,
                      "error": run.error if run else None, "seed_group": run.seed_group if run else None,
-                     # did the trial's model beat its baselines (jobs.baselines); "" before it finishes
+                     # did the trial's model beat its baselines (jobs.evaluation.baselines); "" before it finishes
                      "learned": baselines.status(metrics), "baseline": baselines.best(metrics)})
     return rows
 

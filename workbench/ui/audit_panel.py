@@ -15,8 +15,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import gradio as gr
 import pandas as pd
 
-from jobs import baselines
-from jobs.spec import DEFAULT_MODEL
+from workbench.services import baselines
+from workbench.services.specs import DEFAULT_MODEL
 from workbench.errors import WorkbenchError
 from workbench.services import audits
 from workbench.ui import format as fmt
@@ -233,7 +233,7 @@ class _Start:
 
 
 def _build_start() -> _Start:
-    from jobs import catalogue
+    from workbench.services import catalogue
 
     models = [info.name for info in catalogue.list_models()]
     with gr.Row():

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from jobs import baselines
+from workbench.services import baselines
 from workbench.errors import WorkbenchError
 from workbench.services import comparisons
 from workbench.services import datasets as data_service

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from jobs.spec import TASKS
+from workbench.services.specs import TASKS
 from workbench.errors import DataValidationError, WorkbenchError
 from workbench.services import datasets as data_service
 from workbench.ui import audit_panel

@@ -12,9 +12,9 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from jobs import baselines
-from jobs.calibration import too_few_to_calibrate
-from jobs.spec import HEADLINE_METRICS
+from workbench.services import baselines
+from workbench.services.baselines import too_few_to_calibrate
+from workbench.services.specs import HEADLINE_METRICS
 
 ACTIVE_STATES = ("queued", "running", "cancelling", "resuming")
 STATUS_ICONS = {
@@ -129,7 +129,7 @@ def metric_cell(task: str, metrics: Mapping[str, Any] | None) -> str:
 
 
 def calibration_note_html(metrics: Mapping[str, Any] | None) -> str:
-    """The run header's line when its validation split was too small to fit a temperature on (``jobs.calibration.
+    """The run header's line when its validation split was too small to fit a temperature on (``jobs.evaluation.calibration.
     too_few_to_calibrate``): the playground and predictions then serve the model's raw scores; "" otherwise."""
     metrics = metrics or {}
     count = metrics.get("calibration_examples")
@@ -621,7 +621,7 @@ def params_text(params: Mapping[str, Any]) -> str:
 def short_run_name(run: Mapping[str, Any]) -> str:
     """A run's name, with a sweep's trial as ``sweep 3 #5`` whatever it was named when queued: trials of older
     versions carried every parameter in their name, which the views now show in columns of their own."""
-    from jobs.sweeps import trial_name
+    from workbench.services.specs import trial_name
 
     if run.get("sweep_id") is not None and run.get("trial_number") is not None:
         return trial_name(int(run["sweep_id"]), int(run["trial_number"]))
@@ -729,7 +729,7 @@ def seed_group_text(group: Mapping[str, Any] | None) -> str:
             f"over {n} seed{'s' if n != 1 else ''}{rest}")
 
 
-# --- uncertainty: a score with its 95 % bootstrap interval (jobs.outcomes' ``metrics_ci``) -------------------
+# --- uncertainty: a score with its 95 % bootstrap interval (jobs.evaluation.outcomes' ``metrics_ci``) -------------------
 
 # An interval whose two sides differ by more than this share of the longer one is shown as [low, high]: a score
 # near 1.0 has most of its room below it, and "± half-width" would claim room above it that it does not have.

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from jobs.states import CANCELLING, QUEUED, RUNNING
+from storage.models import CANCELLING, QUEUED, RUNNING
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt

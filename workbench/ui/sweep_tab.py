@@ -17,8 +17,8 @@ import gradio as gr
 import pandas as pd
 import yaml
 
-from jobs.spec_files import load_json, load_yaml
-from jobs.sweep_spec import PRUNERS, SweepSpec, default_space
+from workbench.services.specs import load_json, load_yaml
+from workbench.services.specs import PRUNERS, SweepSpec, default_space
 from storage.models import SWEEP_RUNNING
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.services import runs as runs_service
@@ -182,7 +182,7 @@ class SweepForm:
 def sweep_estimate(wb, base_json: str, n_trials: Any, parallelism: Any, pruner: str) -> str:
     """Before a sweep starts: its trials' time and what pruning should leave of it, as markdown ("" when the
     form's spec or numbers are not usable yet, or a trial has no estimate)."""
-    from jobs.spec import RunSpec
+    from workbench.services.specs import RunSpec
     from workbench.services import estimates
     from workbench.services import runs as runs_service
 

@@ -11,22 +11,21 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from jobs import catalogue, hyperparameters
-from jobs.spec import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
 from workbench.errors import WorkbenchError
+from workbench.services import catalogue, estimates, specs
 from workbench.services import datasets as data_service
-from workbench.services import estimates
 from workbench.services import runs as runs_service
+from workbench.services.specs import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
 from workbench.ui import format as fmt
 
 PRESETS = ("quick", "standard", "thorough")
 PRESET_HELP = {
-    "quick": f"1 epoch on at most {hyperparameters.QUICK_MAX_EXAMPLES:,} examples (a seeded sample) — a usable "
+    "quick": f"1 epoch on at most {specs.QUICK_MAX_EXAMPLES:,} examples (a seeded sample) — a usable "
              f"first model in a fraction of standard's time; a small set gets at least "
-             f"{hyperparameters.MIN_STEPS['quick']} steps",
+             f"{specs.MIN_STEPS['quick']} steps",
     "standard": f"3 epochs on all examples (2 above 50k, 1 above 200k); a small set gets at least "
-                f"{hyperparameters.MIN_STEPS['standard']} steps with early stopping",
-    "thorough": f"2 epochs more than standard (at least {hyperparameters.MIN_STEPS['thorough']} steps), "
+                f"{specs.MIN_STEPS['standard']} steps with early stopping",
+    "thorough": f"2 epochs more than standard (at least {specs.MIN_STEPS['thorough']} steps), "
                 "with early stopping",
 }
 # Advanced fields: (TrainSpec key, label, default shown; 0 or "" means "automatic").
@@ -157,7 +156,7 @@ def preset_lines(wb, spec: RunSpec) -> list[str]:
             lines.append(f"- {marker}{preset}{marker}: SetFit, {est['steps']:,} steps of text pairs on {used} "
                          f"training examples — about {fmt.estimate_range(est)}")
             continue
-        done = hyperparameters.steps_and_epochs(est["steps"], est["epochs"], bool(spec.train.max_steps))
+        done = specs.steps_and_epochs(est["steps"], est["epochs"], bool(spec.train.max_steps))
         lines.append(f"- {marker}{preset}{marker}: {done} on {used} "
                      f"training examples, up to {est['evaluations']} evaluation(s) of "
                      f"{est['validation_examples']:,} — about {fmt.estimate_range(est)}")
@@ -288,7 +287,7 @@ def build(wb) -> TrainTab:
                     class_weights = gr.Checkbox(False, label="Class weights (imbalanced labels)")
                     objective = gr.Radio(["mlm", "mlm+nsp"], value="mlm", label="Masked-LM objective",
                                          visible=False)
-                    method = gr.Radio(list(hyperparameters.METHODS), value="auto", elem_id="train-method",
+                    method = gr.Radio(list(specs.METHODS), value="auto", elem_id="train-method",
                                       label="Method (text classification)",
                                       info="auto: SetFit below 25 examples per class, else fine-tuning")
             with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):

@@ -119,3 +119,21 @@ class PaddingFreeCollator:
             yield
         finally:
             self.flatten = previous
+
+
+def attention_path(model, config, task: str, device: str, precision: str, prepared):
+    """Pick the attention kernel (and padding-free batches) for this model and machine; applies the choice."""
+    from jobs.training.trainer import precision_flags
+
+    current = getattr(model.config, "_attn_implementation", None) or "eager"
+    if config.model_type not in FLASH_MODEL_TYPES:
+        return AttentionPath(current, False, f"{config.model_type}: the model's default attention, dynamic padding")
+    half = any(precision_flags(device, precision).values())
+    path = choose_attention(config.model_type, task, device, half,
+                            supports_sdpa=bool(getattr(model, "_supports_sdpa", True)))
+    if path.implementation != current:
+        model.set_attn_implementation(path.implementation)
+    if path.padding_free:
+        prepared.collator = PaddingFreeCollator(prepared.collator)
+    log.info("attention: %s", path.reason)
+    return path

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jobs import queue
-from jobs.states import ACTIVE
-from jobs.sweep_spec import ParamSpec, SweepSpec, apply_params
+from jobs.queue import table as queue
+from jobs.queue.states import ACTIVE
+from jobs.specs.sweep import ParamSpec, SweepSpec, apply_params
 from storage.db import Database
 from storage.errors import InvalidState
 from storage.models import (FAILED, PRUNED, QUEUED, SUCCEEDED, SWEEP_CANCELLED, SWEEP_CANCELLING, SWEEP_FAILED,
@@ -387,7 +387,7 @@ class TrialReporter:
     """Wraps the run's reporter: reports the objective at each evaluation to Optuna and asks the pruner.
 
     A pruned trial answers ``cancel_requested()`` with True, so the engine stops at once as for a
-    cancel; ``jobs.run_job`` then records the run as pruned rather than cancelled.
+    cancel; ``jobs.process.run_job`` then records the run as pruned rather than cancelled.
     """
 
     def __init__(self, inner, storage, study_name: str, spec: SweepSpec, trial_number: int, enabled: bool = True):

@@ -22,8 +22,8 @@ from typing import Any, Iterable, Optional
 
 from sqlalchemy import delete, select, update
 
-from jobs.spec import RunSpec
-from jobs.states import ACTIVE, check_transition, sources_of
+from jobs.specs.run import RunSpec
+from jobs.queue.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
 from storage.errors import InvalidState, NotFound
 from storage.models import (CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, Run, Sweep, Worker,

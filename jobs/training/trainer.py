@@ -1,6 +1,6 @@
 """The Hugging Face Trainer as the engine uses it: arguments, the reporter callback, loss checks.
 
-Kept apart from ``jobs.engine`` so the orchestration reads top-down and this
+Kept apart from ``jobs.training.engine`` so the orchestration reads top-down and this
 module holds everything that knows Trainer internals.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Callable, Optional
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from jobs.hyperparameters import evaluations_during_training
 from jobs.progress import EVALUATING, PREPARING, SAVING_CHECKPOINT, TRAINING, Reporter
-from jobs.sampling import BucketedSampler
+from jobs.specs.hyperparameters import evaluations_during_training
+from jobs.training.sampling import BucketedSampler
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class WorkbenchTrainer(Trainer):
     """Trainer with bucketed, class-mixed training batches, unshuffled evaluation and a per-step loss check.
 
     ``strata`` (the class id of each training example, for single-label
-    classification) keeps every class spread over the batches; see ``jobs.sampling``.
+    classification) keeps every class spread over the batches; see ``jobs.training.sampling``.
 
     transformers 5.x applies length grouping to ``evaluate()``/``predict()`` as well,
     which reorders predictions against the validation records; predictions here
@@ -225,7 +225,7 @@ class MetricThenLater(TrainerCallback):
 class StopWhenLearned(TrainerCallback):
     """Ends a small-data run soon after its validation split is learned, with its rate annealed to 0.
 
-    The step floor (``jobs.hyperparameters.MIN_STEPS``) is for sets that are slow to learn; an easy set
+    The step floor (``jobs.specs.hyperparameters.MIN_STEPS``) is for sets that are slow to learn; an easy set
     gets every validation example right in a fraction of it and then only grows surer. At an evaluation
     where the task metric is at its best value (1.0) and the mean validation loss is below ``loss_below``,
     the rate falls linearly from where the schedule is to 0 over ``anneal_steps`` more steps, and the run
@@ -356,7 +356,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
         lr_scheduler_type="linear",
         num_train_epochs=hp["epochs"],
         max_steps=hp["max_steps"] or -1,
-        # WorkbenchTrainer answers "group_by_length" with jobs.sampling's class-mixed, shuffled buckets
+        # WorkbenchTrainer answers "group_by_length" with jobs.training.sampling's class-mixed, shuffled buckets
         train_sampling_strategy="group_by_length" if hp.get("group_by_length", True) else "random",
         eval_strategy=strategy if evaluating else "no",
         save_strategy=strategy,

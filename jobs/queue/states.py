@@ -9,7 +9,7 @@ Every status change in the queue and the services goes through
 ``check_transition`` so that an illegal move (cancel a finished run, retry a
 running one) is an ``InvalidState`` error with a sentence, never a silent write.
 The database stores only the status strings (``storage.models``). ``pruned`` is
-a sweep trial that its pruner stopped early (see ``jobs.sweeps``): final, like succeeded.
+a sweep trial that its pruner stopped early (see ``jobs.sweeps.driver``): final, like succeeded.
 """
 from __future__ import annotations
 

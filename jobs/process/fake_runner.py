@@ -16,7 +16,7 @@ A prediction job runs the real ``jobs.predict.job.predict_file`` (reading, chunk
 ``LengthPredictor`` in place of a model (``fake_predict``); it sleeps ``FAKE_PREDICT_SECONDS_PER_CHUNK``
 seconds (default 0) after each chunk, so a test can kill it between chunks.
 
-``python -m jobs.fake_runner RUN_ID --attempt N`` is the subprocess form
+``python -m jobs.process.fake_runner RUN_ID --attempt N`` is the subprocess form
 (``fake_subprocess_runner()``); ``InProcessRunner`` runs the same in a thread for
 tests that only exercise the queue. When ``FAKE_RUNNER_LOG`` is set, every
 executed attempt appends ``run_id`` to that file (O_APPEND, one write), so tests
@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from jobs import run_job
 from jobs.predict.job import predict_file
 from jobs.predict.spec import ModelRef, PredictSpec
+from jobs.process import run_job
 from jobs.progress import Cancelled, Reporter
-from jobs.runner import Launch, SubprocessRunner
-from jobs.spec import RunSpec
+from jobs.queue.runner import Launch, SubprocessRunner
+from jobs.specs.run import RunSpec
 
 CHECKPOINT_EVERY = 5
 
@@ -138,7 +138,7 @@ def fake_predict(spec: PredictSpec, model: ModelRef, output_dir: Path, reporter:
 
 def fake_subprocess_runner() -> SubprocessRunner:
     """A real subprocess per run, with fake training inside."""
-    return SubprocessRunner(module="jobs.fake_runner")
+    return SubprocessRunner(module="jobs.process.fake_runner")
 
 
 class ThreadHandle:

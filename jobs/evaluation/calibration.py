@@ -169,7 +169,7 @@ def precision_recall_curve(scores: np.ndarray, gold: np.ndarray, points: int = 1
 
 
 def positive_threshold(scores: np.ndarray, gold: np.ndarray, target: str) -> Optional[float]:
-    """The positive class's threshold on ``scores`` for ``target`` (one of ``jobs.spec.THRESHOLD_TARGETS``).
+    """The positive class's threshold on ``scores`` for ``target`` (one of ``jobs.specs.run.THRESHOLD_TARGETS``).
 
     ``best_f1``: the threshold of best F1. ``precision>=0.9``: the lowest threshold whose precision
     reaches 0.9 (the most recall at that precision); ``recall>=0.9``: the highest whose recall does

@@ -109,7 +109,7 @@ def read_spec_file(path: Path, what: str) -> dict[str, Any]:
 def load_run_spec_file(path: Path) -> dict[str, Any]:
     """A ``workbench train --config`` file: its keys known and every value there typed and in range
     (the task or the data may still come from flags)."""
-    from jobs.spec import check_run_mapping
+    from jobs.specs.run import check_run_mapping
 
     raw = read_spec_file(path, "run spec")
     _in_file(path, check_run_mapping, raw)
@@ -118,7 +118,7 @@ def load_run_spec_file(path: Path) -> dict[str, Any]:
 
 def load_sweep_spec_file(path: Path) -> dict[str, Any]:
     """A ``workbench sweep --config`` file, checked as far as it goes without the flags."""
-    from jobs.sweep_spec import check_sweep_mapping
+    from jobs.specs.sweep import check_sweep_mapping
 
     raw = read_spec_file(path, "sweep spec")
     _in_file(path, check_sweep_mapping, raw)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from jobs.hyperparameters import METHODS, PRESETS
-from jobs.spec_fields import Field, check_fields, refuse_unknown, show
+from jobs.specs.fields import Field, check_fields, refuse_unknown, show
+from jobs.specs.hyperparameters import METHODS, PRESETS
 from storage.errors import ConfigError
 
 SPEC_VERSION = 1
 # text classification: when a run's temperature scaling is applied, and the targets of a binary run's
-# positive-class threshold (jobs.calibration); kept here so that reading a spec loads no numpy
+# positive-class threshold (jobs.evaluation.calibration); kept here so that reading a spec loads no numpy
 CALIBRATE_CHOICES = ("auto", "on", "off")
 THRESHOLD_TARGETS = ("best_f1", "precision>=0.9", "recall>=0.9")
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")
@@ -90,13 +90,13 @@ class TrainSpec:
     objective: str = "mlm"  # mlm | mlm+nsp (masked-lm task only)
     precision: str = "auto"  # auto | fp32 | fp16 | bf16
     # Which checkpoint is kept: the best main metric, the lowest validation loss, or the last one.
-    # "auto": the loss when the data is small (jobs.hyperparameters), else the metric. A tie in accuracy
+    # "auto": the loss when the data is small (jobs.specs.hyperparameters), else the metric. A tie in accuracy
     # (common on a small validation split) would keep the earliest, least confident checkpoint.
     select_by: str = "auto"  # auto | metric | loss | last
     # Text classification: fine-tune the encoder with a classification head, or SetFit (contrastive
     # pairs + a logistic-regression head); "auto" picks SetFit below 25 examples per class.
     method: str = "auto"  # auto | finetune | setfit
-    # Text classification: temperature scaling fitted on the validation split (jobs.calibration) and stored
+    # Text classification: temperature scaling fitted on the validation split (jobs.evaluation.calibration) and stored
     # with the model; "auto" applies it where it lowers the validation ECE, "on" always, "off" never.
     calibrate: str = "auto"  # auto | on | off
     # Binary text classification: the positive class's decision threshold, chosen on the validation split
@@ -145,7 +145,7 @@ class RunSpec:
             raise ConfigError(_relabel(str(exc), label, path)) from None
 
 
-# What each field takes (jobs.spec_fields): a spec is checked against these before it is built or stored,
+# What each field takes (jobs.specs.fields): a spec is checked against these before it is built or stored,
 # whether it comes from a config file, the Train form, a clone or a sweep's trial.
 _TEXT, _OPTIONAL_TEXT = Field("text"), Field("text", optional=True)
 _BOOL = Field("bool")

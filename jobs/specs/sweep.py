@@ -1,7 +1,7 @@
 """The sweep spec: a base run spec, a search space, an objective, a budget and a pruner.
 
 The UI, ``workbench sweep --config sweep.yaml`` and the ``workbench sweep`` flags all
-build a ``SweepSpec``; ``jobs.sweeps`` turns each of Optuna's trials into a normal
+build a ``SweepSpec``; ``jobs.sweeps.driver`` turns each of Optuna's trials into a normal
 run spec with ``apply_params``. Parameter names are short and fixed (``PARAMETERS``),
 so a typo is an error naming the known ones, not a silently ignored key. Every field is
 typed and range-checked before a sweep is stored, and every value a search dimension can
@@ -14,8 +14,8 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from jobs.spec import RUN_FIELDS, SECTIONS, RunSpec, check_run_mapping, objective_metrics
-from jobs.spec_fields import Field, check_fields, refuse_unknown, show
+from jobs.specs.fields import Field, check_fields, refuse_unknown, show
+from jobs.specs.run import RUN_FIELDS, SECTIONS, RunSpec, check_run_mapping, objective_metrics
 from storage.errors import ConfigError
 
 # Search-space name -> (section of the run spec, key), section None for the top level.
@@ -33,10 +33,10 @@ PARAMETERS: dict[str, tuple[Optional[str], str]] = {
 PRUNERS = ("median", "successive-halving", "none")
 DIRECTIONS = ("maximize", "minimize")
 KINDS = ("float", "int", "categorical")
-# Metrics where lower is better; every other reported metric (jobs.spec.REPORTED_METRICS) is maximised by default.
+# Metrics where lower is better; every other reported metric (jobs.specs.run.REPORTED_METRICS) is maximised by default.
 LOWER_IS_BETTER = {"perplexity", "mlm_loss"}
 MAX_CHOICES = 100
-# The sweep's own fields; the base run spec is checked as a run spec (jobs.spec).
+# The sweep's own fields; the base run spec is checked as a run spec (jobs.specs.run).
 SWEEP_FIELDS: dict[str, Field] = {
     "name": Field("text"),
     "metric": Field("text"),

@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-from jobs import stats
+from jobs.evaluation import stats
 
 log = logging.getLogger(__name__)
 OUTCOMES_FILE = "outcomes.npz"
@@ -107,7 +107,7 @@ def _entity_counts(gold: list[dict], predicted: list[dict]) -> tuple[int, int, i
 
 
 def metric_columns(outcomes: dict) -> dict[str, tuple[str, np.ndarray]]:
-    """Each headline metric the outcomes give: the ``jobs.stats`` statistic's name and its per-unit columns."""
+    """Each headline metric the outcomes give: the ``jobs.evaluation.stats`` statistic's name and its per-unit columns."""
     task = str(outcomes["task"])
     ones = np.ones(len(outcomes["ids"]))
     if task == "text-classification":

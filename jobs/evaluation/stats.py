@@ -7,7 +7,7 @@ per-class ``[tp, fp, fn]`` triples. So one resample is a weighted sum of the uni
 (resamples × units) matrix of how often each unit was drawn, times the (units × columns) matrix — and
 1,000 resamples of 10,000 examples take one matrix product, never a Python loop over resamples.
 
-Pure numpy: the outcomes are read from ``outcomes.npz`` (``jobs.outcomes``), never by re-running a model.
+Pure numpy: the outcomes are read from ``outcomes.npz`` (``jobs.evaluation.outcomes``), never by re-running a model.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The training subprocess: ``python -m jobs.run_job RUN_ID --attempt N``.
+"""The training subprocess: ``python -m jobs.process.run_job RUN_ID --attempt N``.
 
 It opens the database from the ``WORKBENCH_*`` environment the worker passed
 down, resolves the run's data files and parent model, trains through
-``jobs.engine.run_training`` with a database-backed reporter, and records the
+``jobs.training.engine.run_training`` with a database-backed reporter, and records the
 outcome itself (conditional on still owning the attempt). A run of kind
 "predict" or "evaluate" instead puts its parent run's model to work through
 ``jobs.predict`` (see ``jobs.predict.spec``), and one of kind "export" writes it
@@ -25,15 +25,15 @@ from typing import Any, Callable, Mapping, Optional
 
 from sqlalchemy import delete, select, tuple_, update
 
-from jobs import queue
+from jobs.queue import table as queue
 from jobs.export.runtime import latest_onnx_dir
 from jobs.export.spec import ExportSpec
-from jobs.failures import describe_exception, is_peer_loss, log_tail
+from jobs.queue.failures import describe_exception, is_peer_loss, log_tail
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled
-from jobs.runner import PROCESS_LOG, die_with_launcher
-from jobs.spec import RunSpec
-from jobs.states import ACTIVE
+from jobs.queue.runner import PROCESS_LOG, die_with_launcher
+from jobs.specs.run import RunSpec
+from jobs.queue.states import ACTIVE
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
@@ -42,7 +42,7 @@ from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_
                             SUCCEEDED, Artifact, MetricPoint, Run)
 from storage.settings import Settings
 
-log = logging.getLogger("jobs.run_job")
+log = logging.getLogger("jobs.process.run_job")
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED, EXIT_PRUNED = 0, 2, 3, 4, 5
 WRITE_INTERVAL_S = 1.0
@@ -295,7 +295,7 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
         discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
     if sweep_id is not None and trial_number is not None:
-        from jobs.sweeps import trial_reporter
+        from jobs.sweeps.driver import trial_reporter
 
         reporter = trial_reporter(wb, reporter, sweep_id, trial_number, enabled=_is_rank_zero())
     spec = None
@@ -431,7 +431,7 @@ def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException
     """Record why this process failed. Under DDP any rank may: the one that crashed writes first (its
     peers only fail once it has exited and closed its connections), and ``queue.finish`` only ever
     writes while the run is active, so the first message stays. A rank that merely lost a peer records
-    nothing: the launcher's summary names the rank that died (see ``jobs.failures.describe_exit``)."""
+    nothing: the launcher's summary names the rank that died (see ``jobs.queue.failures.describe_exit``)."""
     rank, world = _rank()
     if world > 1 and is_peer_loss(exc):
         log.warning("rank %d of %d: lost a peer process; the launcher reports which one failed", rank, world)
@@ -449,7 +449,7 @@ def _record_failure(wb: Workbench, run_id: int, attempt: int, exc: BaseException
 
 
 def _real_training(*args, **kwargs):
-    from jobs.engine import run_training  # torch is imported only in the training process
+    from jobs.training.engine import run_training  # torch is imported only in the training process
 
     return run_training(*args, **kwargs)
 
@@ -475,7 +475,7 @@ def _real_evaluation(*args, **kwargs):
 def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *,
          predict_fn: Optional[JobFn] = None, evaluate_fn: Optional[JobFn] = None,
          export_fn: Optional[JobFn] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.run_job", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jobs.process.run_job", description=__doc__.splitlines()[0])
     parser.add_argument("run_id", type=int)
     parser.add_argument("--attempt", type=int, required=True)
     args, _ = parser.parse_known_args(argv)

@@ -25,12 +25,12 @@ from typing import Callable, Optional, Sequence
 
 from sqlalchemy import select
 
-from jobs import queue
-from jobs.failures import describe_exit, log_tail
-from jobs.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
-from jobs.spec import RunSpec
-from jobs.sweeps import SweepDriver
-from jobs.states import ACTIVE
+from jobs.queue import table as queue
+from jobs.queue.failures import describe_exit, log_tail
+from jobs.queue.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
+from jobs.specs.run import RunSpec
+from jobs.sweeps.driver import SweepDriver
+from jobs.queue.states import ACTIVE
 from storage.context import Workbench
 from storage.models import CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, SHORT_KINDS, Run, utcnow
 

@@ -14,7 +14,7 @@ later one) is kept and early stopping ends the run once the score drops for good
 the run trains to the floor and keeps the last checkpoint. Either way a set that is easy for the
 model ends sooner: once every one of at least ``MIN_VALIDATION_TO_LEARN`` validation examples is
 right with a mean loss below ``LEARNED_LOSS``, the rate is annealed to 0 over one more evaluation
-interval and the run stops there (``jobs.training.StopWhenLearned``). The rate stays the task's: the floor,
+interval and the run stops there (``jobs.training.trainer.StopWhenLearned``). The rate stays the task's: the floor,
 not a larger rate, is what small sets need. Below about
 ``SETFIT_MAX_PER_CLASS`` examples per class, "auto" trains text classification with SetFit
 instead (``choose_method``).
@@ -182,7 +182,7 @@ def choose_method(task: str, requested: str, n_train: int, n_classes: int, *, mu
 def sentence_head(task: str, method: str, per_class: float, *, multi_label: bool, pairs: bool, lora: bool,
                   sentence_model: bool) -> bool:
     """Whether a fine-tuning run trains the model's own pooled sentence embedding with a linear head
-    (``jobs.setfit_method.build_sentence_classifier``) rather than a new classifier on the [CLS] state:
+    (``jobs.training.sentence_head.build_sentence_classifier``) rather than a new classifier on the [CLS] state:
     below ``SENTENCE_HEAD_MAX_PER_CLASS`` examples per class, for single texts with one label and a
     sentence-transformers model, without LoRA (whose adapters and saved heads follow the transformers classes)."""
     return (task == "text-classification" and method == "finetune" and sentence_model
@@ -249,13 +249,13 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         patience = (0 if tiny_validation else SMALL_DATA_PATIENCE) if small_data else (2 if preset == "thorough" else 0)
     select_by = train.select_by
     if select_by == "auto":
-        # the task metric, ties going to the later checkpoint (jobs.training.MetricThenLater); a few dozen
+        # the task metric, ties going to the later checkpoint (jobs.training.trainer.MetricThenLater); a few dozen
         # validation examples rank nothing. Ranking by loss alone stopped too early: TREC-6, 1,000
         # questions, stopped at step 276 of 452 (accuracy 0.886; the plain Trainer's 3 epochs 0.901), and
         # so did ties broken by the lower loss: SMS, 1,000 messages, step 230 of 452 (0.978; later: 0.980)
         select_by = "last" if tiny_validation else "metric"
     steps = math.ceil(math.ceil(n_used / batch) / train.gradient_accumulation_steps * epochs)
-    # the floor's extra epochs end once the validation split is learned (jobs.training.StopWhenLearned)
+    # the floor's extra epochs end once the validation split is learned (jobs.training.trainer.StopWhenLearned)
     stop_when_learned = (small_data and n_validation >= MIN_VALIDATION_TO_LEARN
                          and task in ("text-classification", "token-classification"))
     eval_steps, save_steps = train.eval_steps, None

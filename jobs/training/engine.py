@@ -5,7 +5,7 @@
 ``output_dir`` receives ``model/`` (weights in safetensors, tokenizer, label maps;
 loadable by ``transformers.pipeline``), ``adapter/`` for LoRA runs,
 ``checkpoints/`` (resumed from automatically), ``metrics.json``, ``tables.json``,
-``predictions.jsonl``, ``outcomes.npz`` (per-example results, ``jobs.outcomes``), ``train.log``,
+``predictions.jsonl``, ``outcomes.npz`` (per-example results, ``jobs.evaluation.outcomes``), ``train.log``,
 ``model/calibration.json`` for text classification (``jobs.tasks.classification.calibrate``),
 and ``heldout.npz`` when the spec names records to predict. Importing this module is cheap: torch and
 transformers load when a run starts.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,14 @@ from typing import Any, Optional
 
 from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
                            machine_load, mean_load, report_phase)
-from jobs.spec import RunSpec
+from jobs.specs.run import RunSpec
+from jobs.training.attention import attention_path
+from jobs.training.data import split_validation, subsample
+from jobs.training.outputs import HELDOUT_FILE, assess_run, peak_rss_mb, write_heldout, write_outputs
+from jobs.training.tokenizers import load_tokenizer
 from storage.errors import TrainingError
 
 log = logging.getLogger(__name__)
-HELDOUT_FILE = "heldout.npz"
-
-# byte-level BPE tokenizers (ModernBERT's is GPT-NeoX's) mark a word start with a space; pre-split words need it
-PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "longformer", "bart", "camembert", "gpt2", "deberta", "modernbert"}
 
 
 def run_training(spec: RunSpec, output_dir: Path, reporter: Reporter, *, device: str = "auto",
@@ -74,7 +73,7 @@ def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
     """The newest ``checkpoint-N`` the Trainer finished writing (it writes ``trainer_state.json`` last).
 
     Every rank of a run decides the same way, whether or not rank 0 has removed an interrupted
-    attempt's incomplete folder yet (``jobs.run_job.discard_incomplete_checkpoints``)."""
+    attempt's incomplete folder yet (``jobs.process.run_job.discard_incomplete_checkpoints``)."""
     if not checkpoints.is_dir():
         return None
     done = [(int(folder.name.rsplit("-", 1)[1]), folder) for folder in checkpoints.glob("checkpoint-*")
@@ -83,10 +82,10 @@ def last_complete_checkpoint(checkpoints: Path) -> Optional[str]:
 
 
 def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple[str, str, bool]:
-    """The training method for ``spec`` on ``records`` (see ``jobs.hyperparameters.choose_method``), its
-    reason, and whether fine-tuning trains a sentence head (``jobs.hyperparameters.sentence_head``)."""
-    from jobs.hyperparameters import head_for, is_sentence_model, method_for
-    from jobs.setfit_method import pools_as_supported
+    """The training method for ``spec`` on ``records`` (see ``jobs.specs.hyperparameters.choose_method``), its
+    reason, and whether fine-tuning trains a sentence head (``jobs.specs.hyperparameters.sentence_head``)."""
+    from jobs.specs.hyperparameters import head_for, is_sentence_model, method_for
+    from jobs.training.sentence_model import pools_as_supported
 
     if spec.task != "text-classification":
         return "finetune", "", False
@@ -99,109 +98,9 @@ def _choose_method(spec: RunSpec, records: list[dict], model_path: str) -> tuple
                                  sentence_model=sentence_model and pools_as_supported(model_path))
 
 
-def _split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
-    """The validation split when none was given: 10 % of the training records, raised on small data to 100 or a
-    quarter of them, whichever is fewer (``storage.datasets.split.validation_size``, the import's rule too)."""
-    import random
-
-    from storage.datasets.split import validation_size
-
-    if len(records) < 2:
-        raise TrainingError("at least 2 training records are needed", "add data to the dataset")
-    order = list(range(len(records)))
-    random.Random(seed).shuffle(order)
-    n_val = validation_size(len(records), 0.1)
-    chosen = set(order[:n_val])
-    return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
-
-
-def validation_records(spec: RunSpec) -> list[dict]:
-    """The run's validation records exactly as its training split them (its validation file, else the seeded
-    split of its training records, ``_split_validation``): what the export's parity check compares PyTorch and ONNX on."""
-    from jobs.tasks import task_module
-
-    module = task_module(spec.task, spec.train.objective)
-    if spec.data.validation_path:
-        return module.read(spec.data.validation_path)
-    return _split_validation(module.read(spec.data.train_path), spec.train.seed)[1]
-
-
-def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
-    """A seeded sample of at most ``cap`` records, kept in file order; all of them when they fit.
-
-    The quick preset trains one epoch on such a sample: the same seed gives the same sample on
-    every machine, and the validation split was taken before, so it is the one standard uses.
-    """
-    import random
-
-    if not cap or len(records) <= cap:
-        return records
-    chosen = sorted(random.Random(seed).sample(range(len(records)), cap))
-    return [records[i] for i in chosen]
-
-
-def _load_tokenizer(path: str, config, task: str):
-    from transformers import AutoTokenizer
-
-    kwargs = {}
-    if task == "token-classification" and getattr(config, "model_type", "") in PREFIX_SPACE_TYPES:
-        kwargs["add_prefix_space"] = True  # byte-level BPE needs it for pre-split words
-    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    if kwargs.get("add_prefix_space"):
-        _byte_level_prefix_space(tokenizer)
-    return tokenizer
-
-
-def _byte_level_prefix_space(tokenizer) -> None:
-    """Switch on add_prefix_space inside a byte-level pre-tokenizer.
-
-    RoBERTa's tokenizer class applies the keyword itself; a generic fast tokenizer
-    (ModernBERT ships one) only stores it, so pre-split words after the first
-    would be encoded as word-internal pieces (no leading Ġ) unlike running text.
-    """
-    from tokenizers import Tokenizer
-
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return
-    state = json.loads(backend.to_str())
-    pre = state.get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-    changed = False
-    for part in parts:
-        if part.get("type") == "ByteLevel" and not part.get("add_prefix_space"):
-            part["add_prefix_space"] = True
-            changed = True
-    if changed:
-        tokenizer._tokenizer = Tokenizer.from_str(json.dumps(state))
-
-
-def _attention_path(model, config, task: str, device: str, precision: str, prepared):
-    """Pick the attention kernel (and padding-free batches) for this model and machine; applies the choice."""
-    from jobs.attention import FLASH_MODEL_TYPES, AttentionPath, PaddingFreeCollator, choose_attention
-    from jobs.training import precision_flags
-
-    current = getattr(model.config, "_attn_implementation", None) or "eager"
-    if config.model_type not in FLASH_MODEL_TYPES:
-        return AttentionPath(current, False, f"{config.model_type}: the model's default attention, dynamic padding")
-    half = any(precision_flags(device, precision).values())
-    path = choose_attention(config.model_type, task, device, half,
-                            supports_sdpa=bool(getattr(model, "_supports_sdpa", True)))
-    if path.implementation != current:
-        model.set_attn_implementation(path.implementation)
-    if path.padding_free:
-        prepared.collator = PaddingFreeCollator(prepared.collator)
-    log.info("attention: %s", path.reason)
-    return path
-
-
 def _count_parameters(model) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in model.parameters())
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 @dataclass
@@ -223,7 +122,7 @@ class _Built:
     tokenizer: Any
     prepared: Any
     model: Any
-    attention: Any  # jobs.attention.AttentionPath
+    attention: Any  # jobs.training.attention.AttentionPath
     trainable: int
     total_params: int
 
@@ -248,7 +147,7 @@ class _Evaluated:
 
 def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, init_model_path: Optional[str]) -> dict:
     """One run, step by step: data, model, trainer, training, evaluation, outputs."""
-    from jobs.training import pick_device, world_size
+    from jobs.training.trainer import pick_device, world_size
 
     setup_started = time.perf_counter()
     load_started = machine_load()
@@ -284,8 +183,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
 
 def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
     """Read the records, split off validation when none was given, choose the method and the hyper-parameters."""
-    from jobs import catalogue
-    from jobs.hyperparameters import SENTENCE_HEAD_WHY, resolve_hyperparameters
+    from jobs.training import catalogue
+    from jobs.specs.hyperparameters import SENTENCE_HEAD_WHY, resolve_hyperparameters
     from jobs.tasks import task_module
 
     if init_model_path and not Path(init_model_path).is_dir():
@@ -298,7 +197,7 @@ def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
     if spec.data.validation_path:
         validation = module.read(spec.data.validation_path)
     else:
-        train, validation = _split_validation(train, spec.train.seed)
+        train, validation = split_validation(train, spec.train.seed)
     method, method_why, head = _choose_method(spec, train, path)
     hp = resolve_hyperparameters(spec, info, len(train), method, n_validation=len(validation))
     if method_why:
@@ -318,9 +217,9 @@ def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
 
 def _train_setfit(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, data: _Data,
                   setup_started: float) -> dict:
-    """Hand the run to ``jobs.setfit_method`` with the facts a Trainer run reports."""
-    from jobs.setfit_method import train_setfit
-    from jobs.training import pick_device
+    """Hand the run to ``jobs.training.setfit`` with the facts a Trainer run reports."""
+    from jobs.training.setfit import train_setfit
+    from jobs.training.trainer import pick_device
 
     facts = {"device": pick_device(device), "processes": 1, "model": data.info.name, "model_path": data.path,
              "train_examples": len(data.train), "train_examples_available": data.available,
@@ -333,14 +232,14 @@ def _build_model(spec: RunSpec, data: _Data, device: str) -> _Built:
     """The tokenizer, the task's prepared datasets and the model, with its attention path and LoRA adapters."""
     from transformers import AutoConfig, set_seed
 
-    from jobs import lora
+    from jobs.training import lora
 
     set_seed(data.hp["seed"])
     config = AutoConfig.from_pretrained(data.path)
-    tokenizer = _load_tokenizer(data.path, config, spec.task)
+    tokenizer = load_tokenizer(data.path, config, spec.task)
     prepared = data.module.prepare(data.train, data.validation, tokenizer, config, data.hp)
     model = data.module.build_model(data.path, prepared, config)
-    attention = _attention_path(model, config, spec.task, device, data.hp["precision"], prepared)
+    attention = attention_path(model, config, spec.task, device, data.hp["precision"], prepared)
     if spec.lora.enabled:
         model = lora.wrap(model, spec.task, config.model_type, spec.lora.r, spec.lora.alpha, spec.lora.dropout,
                           spec.lora.target_modules)
@@ -352,8 +251,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     """The WorkbenchTrainer for ``built``, checkpointing into ``checkpoints``; returns it and its ReporterCallback."""
     from transformers import EarlyStoppingCallback
 
-    from jobs.hyperparameters import LEARNED_LOSS
-    from jobs.training import (MetricThenLater, ReporterCallback, StopWhenLearned, WorkbenchTrainer,
+    from jobs.specs.hyperparameters import LEARNED_LOSS
+    from jobs.training.trainer import (MetricThenLater, ReporterCallback, StopWhenLearned, WorkbenchTrainer,
                                training_arguments)
 
     prepared = built.prepared
@@ -390,7 +289,7 @@ def _class_weighted_loss(prepared):
 
 def _run_facts(data: _Data, built: _Built, device: str, processes: int, resume: Optional[str]) -> dict:
     """What the run starts with, for the reporter and the log."""
-    from jobs.training import steps_per_epoch
+    from jobs.training.trainer import steps_per_epoch
 
     hp = data.hp
     total_steps = hp["max_steps"] or math.ceil(
@@ -436,7 +335,7 @@ def _train_or_explain(trainer, resume: Optional[str], hp: dict):
     """``trainer.train()``; a NaN loss or running out of memory becomes a ``TrainingError`` with a hint."""
     import torch
 
-    from jobs.training import NonFiniteLoss
+    from jobs.training.trainer import NonFiniteLoss
 
     try:
         return trainer.train(resume_from_checkpoint=resume)
@@ -478,7 +377,7 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
     """The evaluation's scores, then what the run did and what it cost (measured after the model's export)."""
     import torch
 
-    from jobs.training import StopWhenLearned
+    from jobs.training.trainer import StopWhenLearned
 
     metrics = dict(evaluated.evaluation.metrics)
     metrics.update({
@@ -511,7 +410,7 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
 def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data, trainer, evaluated: _Evaluated,
                metrics: dict, setup_started: float) -> dict:
     """Report the final scores, add the baselines, and write metrics, tables, predictions and held-out outputs."""
-    from jobs.calibration import FITTED_METRICS
+    from jobs.evaluation.calibration import FITTED_METRICS
 
     evaluation = evaluated.evaluation
     reporter.metrics(int(trainer.state.global_step), float(trainer.state.epoch or 0.0),
@@ -529,24 +428,6 @@ def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data,
     return metrics
 
 
-def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation) -> dict:
-    """Text classification: the baselines beside the run's score and the verdict (``jobs.baselines``);
-    nothing for other tasks. A baseline that fails is logged, never fails the run."""
-    if spec.task != "text-classification":
-        return {}
-    from jobs.baselines import assess
-
-    try:
-        found = assess(train, validation, evaluation.metrics, evaluation.predictions)
-    except Exception:  # noqa: BLE001 - the run's own result stands without its baselines
-        log.exception("the baselines could not be fitted")
-        return {}
-    if found["verdict"]["message"]:
-        log.warning("%s", found["verdict"]["message"])
-    log.info("baselines: %s", json.dumps(found["baselines"]))
-    return found
-
-
 def _predict_heldout(module, spec: RunSpec, trainer, prepared) -> dict:
     """Every class probability for the records of ``spec.data.predict_path`` (all ranks take part)."""
     if not hasattr(module, "predict_heldout"):
@@ -555,20 +436,6 @@ def _predict_heldout(module, spec: RunSpec, trainer, prepared) -> dict:
     records = module.read(spec.data.predict_path)
     log.info("predicting the %d held-out records of %s", len(records), spec.data.predict_path)
     return module.predict_heldout(trainer, prepared, records)
-
-
-def write_heldout(path: Path, heldout: dict) -> None:
-    """``heldout.npz``: ``probs`` (float32, one row per record, or per word for tagging), the class
-    ``labels`` of its columns, and per row its ``record`` (line in the predict file) and ``word``
-    (-1 for classification). Written to a temporary name and renamed, so a reader sees all or nothing."""
-    import numpy as np
-
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, probs=np.asarray(heldout["probs"], dtype=np.float32),
-                        labels=np.asarray(heldout["labels"], dtype=str),
-                        record=np.asarray(heldout["record"], dtype=np.int64),
-                        word=np.asarray(heldout["word"], dtype=np.int64))
-    tmp.replace(path)
 
 
 def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
@@ -581,22 +448,3 @@ def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
     tokenizer.save_pretrained(model_dir)
 
 
-def write_outputs(output_dir: Path, metrics: dict, hp: dict, evaluation) -> None:
-    """``outcomes.npz``, ``model/calibration.json`` (a classification run's fitted calibration), then
-    ``metrics.json``, ``tables.json`` and ``predictions.jsonl``.
-
-    ``metrics`` gains ``metrics_ci`` (the bootstrap intervals of ``jobs.outcomes``) in place, so the caller
-    returns, and the queue records, the metrics the file holds."""
-    from jobs.outcomes import save_outcomes
-
-    metrics.update(save_outcomes(output_dir, evaluation))
-    fitted = evaluation.tables.get("calibration", {}).get("model")
-    if fitted is not None and (output_dir / "model").is_dir():
-        from jobs.inference import CALIBRATION_FILE
-
-        (output_dir / "model" / CALIBRATION_FILE).write_text(json.dumps(fitted, indent=2))
-    (output_dir / "metrics.json").write_text(json.dumps({**metrics, "hyperparameters": hp}, indent=2, default=str))
-    (output_dir / "tables.json").write_text(json.dumps(evaluation.tables, indent=2))
-    with (output_dir / "predictions.jsonl").open("w", encoding="utf-8") as handle:
-        for row in evaluation.predictions:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")

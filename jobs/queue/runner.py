@@ -3,7 +3,7 @@
 The worker only needs ``launch(job, env) -> handle`` with ``poll()`` and ``kill()``.
 ``SubprocessRunner`` is the real one: each run is its own process (argv list, no
 shell, its own process group, ``CUDA_VISIBLE_DEVICES`` set to the GPUs it was
-given, or empty for CPU). Tests swap in the runners of ``jobs.fake_runner``, so
+given, or empty for CPU). Tests swap in the runners of ``jobs.process.fake_runner``, so
 queue and UI tests need no torch — with the same subprocess handling, so that a
 crash is a real crash.
 
@@ -11,7 +11,7 @@ A run with several processes (N GPUs, or ``procs`` > 1 on the CPU) goes through 
 launcher (``accelerate launch`` / ``torchrun``) on a rendezvous port picked free
 for that run. The launcher starts each rank in a session of its own, so killing
 the launcher's process group does not reach them: ``kill()`` walks the process
-tree, and each rank also dies with its launcher (see ``jobs.run_job``).
+tree, and each rank also dies with its launcher (see ``jobs.process.run_job``).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _load_libc():
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
-        return None  # not glibc Linux: the child notices a changed parent pid itself (see jobs.run_job)
+        return None  # not glibc Linux: the child notices a changed parent pid itself (see jobs.process.run_job)
 
 
 # Loaded here, in the parent: the code that runs between fork and exec must not dlopen (threads).
@@ -159,7 +159,7 @@ class SubprocessRunner:
     """Runs ``python -m <module> RUN_ID --attempt N``; several processes go through a launcher:
     ``accelerate launch --multi_gpu`` for N GPUs, ``torchrun`` for N CPU processes (gloo)."""
 
-    def __init__(self, module: str = "jobs.run_job", extra_args: Sequence[str] = ()):
+    def __init__(self, module: str = "jobs.process.run_job", extra_args: Sequence[str] = ()):
         self.module = module
         self.extra_args = tuple(extra_args)
         self.ports = PortPicker()

@@ -1,0 +1,49 @@
+"""A run's records: the validation split taken from the training records when none was given, and seeded
+subsamples. The export's parity check reads the same split as the run trained with.
+"""
+from __future__ import annotations
+
+from jobs.specs.run import RunSpec
+from storage.errors import TrainingError
+
+
+def split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
+    """The validation split when none was given: 10 % of the training records, raised on small data to 100 or a
+    quarter of them, whichever is fewer (``storage.datasets.split.validation_size``, the import's rule too)."""
+    import random
+
+    from storage.datasets.split import validation_size
+
+    if len(records) < 2:
+        raise TrainingError("at least 2 training records are needed", "add data to the dataset")
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    n_val = validation_size(len(records), 0.1)
+    chosen = set(order[:n_val])
+    return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
+
+
+def validation_records(spec: RunSpec) -> list[dict]:
+    """The run's validation records exactly as its training split them (its validation file, else the seeded
+    split of its training records, ``split_validation``): what the export's parity check compares PyTorch and ONNX
+    on."""
+    from jobs.tasks import task_module
+
+    module = task_module(spec.task, spec.train.objective)
+    if spec.data.validation_path:
+        return module.read(spec.data.validation_path)
+    return split_validation(module.read(spec.data.train_path), spec.train.seed)[1]
+
+
+def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
+    """A seeded sample of at most ``cap`` records, kept in file order; all of them when they fit.
+
+    The quick preset trains one epoch on such a sample: the same seed gives the same sample on
+    every machine, and the validation split was taken before, so it is the one standard uses.
+    """
+    import random
+
+    if not cap or len(records) <= cap:
+        return records
+    chosen = sorted(random.Random(seed).sample(range(len(records)), cap))
+    return [records[i] for i in chosen]

@@ -1,0 +1,9 @@
+"""Baselines, the verdict and the calibration facts of a run's metrics, for the edges to show
+(``jobs.evaluation.baselines`` and ``jobs.evaluation.calibration`` compute them inside a run; these read what
+it recorded)."""
+from __future__ import annotations
+
+from jobs.evaluation.baselines import BELOW_BASELINE, DID_NOT_LEARN, NAMES, best, status, summary, warning
+from jobs.evaluation.calibration import too_few_to_calibrate
+
+__all__ = ["BELOW_BASELINE", "DID_NOT_LEARN", "NAMES", "best", "status", "summary", "too_few_to_calibrate", "warning"]
