@@ -1,20 +1,25 @@
 """How long a run will take: training plus every evaluation, calibrated on this machine's past runs.
 
-A finished run's ``metrics`` hold the parts of its time (``jobs.engine``): optimisation
-throughput (``samples_per_second``), its evaluations, checkpoints, start-up and final
-evaluation. ``estimate_run`` takes the most recent succeeded runs of the same model, task
-and kind of device, scales their throughput by the tokens per example of each dataset,
-and adds up the new run's training, evaluations, checkpoints and fixed costs.
+A finished run's ``metrics`` hold the parts of its time (``jobs.engine``): its optimisation steps,
+its evaluations, checkpoints, start-up and final evaluation. ``estimate_run`` takes the most recent
+succeeded runs of the same model, task and kind of device and fits the time of one optimisation step
+as a fixed cost plus a cost per token read (``fit_step_seconds``: least squares over the past runs'
+measured step times against their tokens per step). A text costs what training reads of it,
+``min(length, max_length)`` (``tokens_per_example``), not its whole length: 560-token e-mails cut at
+128 tokens cost 128. On a small model on a CPU the fixed part dominates (3.7 s a step for 30-token
+sentences, 3.8 s for 128-token e-mails); with past runs of one text length only, the split is unknown
+and the range covers both extremes.
 
-Machine load varies (a shared machine ran one quick run 4× slower than the one before), so
-the figures are robust to one odd run: each past run is first scaled from the load it was
-measured under (``machine.load_per_cpu``, recorded by the engine) to the usual load of those runs,
-the point is the median of their costs and the range is the median spread of their totals
-around it (never under ±15 %, nor under ±30 % with one or two past runs), so one slow
-outlier does not widen it. ``sureness`` says so in words ("based on 3 past runs; ±15 %").
-Without such a run it falls back to the parameter-count heuristic of ``jobs.catalogue``
-with a wide range. ``estimate_sweep`` adds up a sweep's trials with the expected effect of
-pruning; an audit's folds are estimated in ``workbench.services.audits``.
+Machine load varies (the machine is shared): each past run's times are brought to an unloaded machine
+by the load it ran under (``machine.load_per_cpu``, recorded by the engine) and the new run's to the
+load now (``current_load``), both through ``slowdown``: with ``L`` runnable processes per CPU, itself
+included, a CPU-bound run gets ``1 / L`` of the time it would get alone (never faster than alone). The
+range is honest rather than fixed: the fit's residuals over the past runs (one outlier among five or
+more left out) and the load's own variation over the last 15 minutes (the 1-, 5- and 15-minute load
+averages) widen it; ``sureness`` says so in words. Without a past run it falls back to the
+parameter-count heuristic of ``jobs.catalogue`` at the load now, with a range of half to twice that.
+``estimate_sweep`` adds up a sweep's trials with the expected effect of pruning; an audit's folds are
+estimated in ``workbench.services.audits``.
 
 No gradio here: the Train tab shows the estimate, ``submit_run`` stores it on the run,
 and the run page compares it with the time the run really took.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import statistics
 from typing import Any, Optional
 
@@ -37,8 +43,10 @@ from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 10  # the most recent comparable runs taken into account
-MIN_SPREAD = 1.15  # even past runs that agree leave ±15 % (the range is point / spread … point × spread)
+MIN_SPREAD = 1.1  # the fit of three or more past runs that agree still leaves ±10 % (point / spread … × spread)
 ONE_RUN_SPREAD = 1.3  # one or two past runs say little about how much runs vary
+SPLIT_SPREAD = 1.5  # tokens per step must differ by half between past runs to tell fixed from per-token cost
+OWN_LOAD = 1.0  # a training run keeps every CPU busy (torch's threads default to the cores): 1 per CPU
 PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
 HEURISTIC_LOW, HEURISTIC_HIGH = 0.5, 2.0  # the uncalibrated heuristic is off by up to 2x either way
 HEURISTIC_FIXED_SECONDS = 15.0  # loading the model and tokenizing, before any history exists
@@ -63,8 +71,8 @@ def expected_device(setting: str) -> str:
 
 def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> dict[str, Any]:
     """Training and validation records, mean tokens per example and labels of a stored dataset."""
-    shape: dict[str, Any] = {"train": 0, "validation": 0, "tokens": None, "classes": 0, "multi_label": False,
-                             "pairs": False}
+    shape: dict[str, Any] = {"train": 0, "validation": 0, "tokens": None, "token_stats": None, "classes": 0,
+                             "multi_label": False, "pairs": False}
     if not dataset_id:
         return shape
     with wb.db.session() as session:
@@ -73,10 +81,12 @@ def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> dict[str, Any]:
             return shape
         stats = dataset.stats or {}
         tokens = (stats.get("token_stats") or {}).get("mean")
+        token_stats = stats.get("token_stats") or None
         columns = stats.get("columns") or {}
         options = stats.get("options") or {}
         return {"train": int(dataset.num_train or 0), "validation": int(dataset.num_validation or 0),
-                "tokens": float(tokens) if tokens else None, "classes": len(dataset.labels or {}),
+                "tokens": float(tokens) if tokens else None, "token_stats": token_stats,
+                "classes": len(dataset.labels or {}),
                 "multi_label": bool(columns.get("label_separator")
                                     or (options.get("columns") or {}).get("label_separator")),
                 "pairs": bool(columns.get("text_pair"))}
@@ -126,17 +136,64 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
             "method": method}
 
 
+def tokens_per_example(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
+    """Mean tokens training reads of a text of the dataset: ``min(length, max_length)`` per text, as the
+    tokenizer cuts it (and ``group_by_length`` batches texts of about one length, so little padding is added).
+
+    Exact where the import measured it at this ``max_length`` (``truncated_mean``); otherwise from the
+    length histogram, each bin spread evenly and cut at ``max_length``; the mean itself, cut at
+    ``max_length``, where there is no histogram. None without statistics."""
+    stats = token_stats or {}
+    if stats.get("truncated_mean") is not None and stats.get("max_length") == max_length:
+        return float(stats["truncated_mean"])
+    histogram = stats.get("histogram") or {}
+    counts, edges = histogram.get("counts") or [], histogram.get("edges") or []
+    mean = stats.get("mean")
+    if counts and len(edges) == len(counts) + 1 and sum(counts):
+        cut = sum(c * _mean_cut(lo, hi, max_length) for c, lo, hi in zip(counts, edges, edges[1:]))
+        return cut / sum(counts)
+    return min(float(mean), float(max_length)) if mean else None
+
+
+def _mean_cut(low: float, high: float, cut: float) -> float:
+    """The mean of ``min(x, cut)`` for ``x`` spread evenly over ``low`` … ``high``."""
+    if high <= cut:
+        return (low + high) / 2
+    if low >= cut:
+        return cut
+    below = (cut - low) / (high - low)
+    return below * (low + cut) / 2 + (1 - below) * cut
+
+
+def current_load() -> Optional[dict[str, float]]:
+    """The machine's load per CPU now (the 1-minute average) and over the last 15 minutes (the lowest and
+    highest of the 1-, 5- and 15-minute averages): what the next run will most likely share the CPUs with,
+    and how much that has varied. None where the system keeps no load average."""
+    try:
+        averages = os.getloadavg()
+    except (AttributeError, OSError):
+        return None
+    cpus = os.cpu_count() or 1
+    return {"now": averages[0] / cpus, "low": min(averages) / cpus, "high": max(averages) / cpus}
+
+
+def slowdown(load_per_cpu: Optional[float]) -> float:
+    """How many times slower a CPU-bound run is than on an idle machine with ``load_per_cpu`` runnable
+    processes per CPU, itself included: it gets ``1 / load`` of the CPUs, never more than all of them."""
+    return max(1.0, float(load_per_cpu)) if load_per_cpu is not None else 1.0
+
+
 def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "finetune") -> list[dict[str, Any]]:
-    """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``
-    trained with ``method`` (a SetFit run's time says nothing about fine-tuning's, and a prediction or
-    evaluation job of the same model says nothing about training)."""
-    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at)
+    """Metrics (with the dataset's tokens per example as training read them) of the latest succeeded runs of
+    ``model``/``task`` on ``kind`` trained with ``method`` (a SetFit run's time says nothing about
+    fine-tuning's, and a prediction or evaluation job of the same model says nothing about training)."""
+    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at, Run.spec)
             .outerjoin(Dataset, Run.dataset_id == Dataset.id)
             .where(Run.status == SUCCEEDED, Run.kind == KIND_TRAIN, Run.model == model, Run.task == task)
             .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
     found = []
     with wb.db.session() as session:
-        for metrics, stats, started, finished in session.execute(stmt):
+        for metrics, stats, started, finished, spec in session.execute(stmt):
             metrics = metrics or {}
             if device_kind(metrics.get("device")) != kind or not metrics.get("samples_per_second"):
                 continue
@@ -144,51 +201,148 @@ def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "fin
                 continue
             if metrics.get("final_eval_seconds") is None:
                 continue  # trained before runs recorded the parts of their time
-            tokens = ((stats or {}).get("token_stats") or {}).get("mean")
+            max_length = ((spec or {}).get("train") or {}).get("max_length") or hyperparameters.max_length_for(task)
+            tokens = tokens_per_example((stats or {}).get("token_stats"), int(max_length))
             # the training process's own start (interpreter, torch) happens before the engine's clock starts
             process = actual_seconds({"started_at": started, "finished_at": finished})
             outside = max(0.0, process - metrics["wall_seconds"]) if process and metrics.get("wall_seconds") else 0.0
-            found.append({**metrics, "_mean_tokens": float(tokens) if tokens else None, "_outside": outside})
+            found.append({**metrics, "_tokens": tokens, "_outside": outside})
             if len(found) >= HISTORY_RUNS:
                 break
     return found
 
 
-def _rates(metrics: dict[str, Any], mean_tokens: Optional[float]) -> dict[str, float]:
-    """One past run as costs: seconds per training and per evaluated example (scaled to ``mean_tokens``),
-    seconds per checkpoint, and fixed seconds (start-up, saving the model)."""
-    scale = 1.0
-    if mean_tokens and metrics.get("_mean_tokens"):
-        scale = mean_tokens / metrics["_mean_tokens"]  # dynamic padding: cost follows the tokens
-    records = metrics.get("train_records") or metrics.get("train_examples") or 1
-    windows = metrics.get("train_examples") or records  # QA trains on windows, the plan counts records
-    train = windows / records / float(metrics["samples_per_second"]) * scale
+def _load(metrics: dict[str, Any]) -> Optional[float]:
+    """The machine's load per CPU while the run ran (``jobs.engine``), or None."""
+    load = (metrics.get("machine") or {}).get("load_per_cpu")
+    return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
+
+
+def _run_load(metrics: dict[str, Any]) -> Optional[float]:
+    """The load per CPU a past run shared the machine with, itself included. The engine averages a sample
+    taken as the run starts (its own work not yet in the 1-minute average) and one as it ends (all of it
+    in): half its own load is already counted."""
+    load = _load(metrics)
+    return load + OWN_LOAD / 2 if load is not None else None
+
+
+def _step(metrics: dict[str, Any], examples_per_step: float) -> tuple[float, float]:
+    """(seconds, examples) of one optimisation step of a past run: measured where it recorded its steps
+    and training time, else its throughput over the new run's examples per step."""
+    steps = metrics.get("steps")
+    pure = (metrics.get("train_seconds") or 0.0) - (metrics.get("eval_and_checkpoint_seconds") or 0.0)
+    if steps and pure > 0:
+        seconds = pure / steps
+        return seconds, seconds * float(metrics["samples_per_second"])
+    return examples_per_step / float(metrics["samples_per_second"]), examples_per_step
+
+
+def fit_step_seconds(points: list[tuple[float, float]]) -> dict[str, Any]:
+    """Seconds of one optimisation step as ``fixed + per_token × tokens``, fitted by least squares to past
+    runs' ``(tokens per step, seconds per step)`` at no load.
+
+    Where the past runs' tokens per step differ by less than ``SPLIT_SPREAD`` the split cannot be told:
+    ``fixed`` holds all of the median time and ``proportional`` the median time per token, and
+    ``predict_step`` reports both as the ends of its range. ``spread`` is the factor the fit is off by on
+    the past runs (the largest on a log scale; the second largest from five runs on, so that one odd run
+    does not widen it), never under ``MIN_SPREAD``, nor under ``ONE_RUN_SPREAD`` with fewer than three."""
+    points = [(x, y) for x, y in points if x and x > 0 and y > 0]
+    if not points:
+        return {"fixed": 0.0, "per_token": 0.0, "proportional": None, "spread": ONE_RUN_SPREAD, "runs": 0}
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    fit: dict[str, Any] = {"proportional": None, "runs": len(points)}
+    if len(points) >= 2 and max(xs) / min(xs) >= SPLIT_SPREAD:
+        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+        slope = (sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs))
+        fixed = mean_y - slope * mean_x
+        if slope < 0:  # more tokens cannot cost less: all fixed
+            slope, fixed = 0.0, statistics.median(ys)
+        elif fixed < 0:  # nor can a step cost less than nothing: all per token, through the origin
+            slope, fixed = sum(x * y for x, y in points) / sum(x * x for x in xs), 0.0
+        fit.update(fixed=fixed, per_token=slope)
+    else:
+        fit.update(fixed=statistics.median(ys), per_token=0.0, proportional=statistics.median(y / x for x, y in points))
+    residuals = sorted(abs(math.log(y / max(fit["fixed"] + fit["per_token"] * x, 1e-9))) for x, y in points)
+    largest = residuals[-2] if len(residuals) >= 5 else residuals[-1]
+    fit["spread"] = max(MIN_SPREAD if len(points) >= 3 else ONE_RUN_SPREAD, math.exp(largest))
+    return fit
+
+
+def predict_step(fit: dict[str, Any], tokens: float) -> tuple[float, float, float]:
+    """(point, low, high) seconds of one step reading ``tokens`` at no load, the fit's spread left out."""
+    point = fit["fixed"] + fit["per_token"] * tokens
+    if fit.get("proportional") is None:
+        return point, point, point
+    ends = sorted((fit["fixed"], fit["proportional"] * tokens))  # all fixed … all per token
+    return math.sqrt(ends[0] * ends[1]), ends[0], ends[1]
+
+
+def _other_rates(metrics: dict[str, Any], eval_scale: float) -> dict[str, float]:
+    """One past run's costs besides its steps at no load: seconds per evaluated example (times
+    ``eval_scale``, the new run's cost per token read against its own), per checkpoint, and fixed seconds
+    (start-up, saving the model, the process's own start)."""
     evaluated = (metrics.get("validation_records") or metrics.get("validation_examples") or 0) * (
         (metrics.get("evaluations") or 0) + 1)
     eval_seconds = (metrics.get("evaluation_seconds") or 0.0) + (metrics.get("final_eval_seconds") or 0.0)
-    per_eval = eval_seconds / evaluated * scale if evaluated else train * EVAL_COST
     checkpoints = metrics.get("checkpoints") or 0
-    per_checkpoint = (metrics.get("checkpoint_seconds") or 0.0) / checkpoints if checkpoints else 0.0
-    fixed = ((metrics.get("setup_seconds") or 0.0) + (metrics.get("finish_seconds") or 0.0)
-             + metrics.get("_outside", 0.0))
-    load = metrics.get("_load_factor", 1.0)  # see _at_usual_load
-    return {"train": train * load, "eval": per_eval * load, "checkpoint": per_checkpoint * load,
-            "fixed": fixed * load}
+    unloaded = 1.0 / slowdown(_run_load(metrics))
+    return {"eval": eval_seconds / evaluated * eval_scale * unloaded if evaluated else 0.0,
+            "checkpoint": (metrics.get("checkpoint_seconds") or 0.0) / checkpoints * unloaded if checkpoints else 0.0,
+            "fixed": ((metrics.get("setup_seconds") or 0.0) + (metrics.get("finish_seconds") or 0.0)
+                      + metrics.get("_outside", 0.0)) * unloaded}
 
 
-def _seconds(plan: dict[str, Any], rates: dict[str, float]) -> dict[str, float]:
-    return {"train": plan["examples_seen"] * rates["train"],
-            "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1) * rates["eval"],
-            "checkpoints": plan["checkpoints"] * rates["checkpoint"], "fixed": rates["fixed"]}
+def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
+    """How much the load moved between a submit and its run, for the latest succeeded runs on ``kind`` that
+    recorded both: the run's ``slowdown`` at the load it ran under over the one estimated at its submit. A
+    shared machine's load can double within minutes; these bound the range, as the machine has behaved."""
+    stmt = (select(Run.metrics, Run.estimate).where(Run.status == SUCCEEDED, Run.kind == KIND_TRAIN)
+            .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
+    changes = []
+    with wb.db.session() as session:
+        for metrics, estimate in session.execute(stmt):
+            submitted = ((estimate or {}).get("load") or {}).get("now")
+            ran = _run_load(metrics or {})
+            if submitted is None or ran is None or device_kind((metrics or {}).get("device")) != kind:
+                continue
+            changes.append(slowdown(ran) / slowdown(float(submitted) + OWN_LOAD))
+            if len(changes) >= HISTORY_RUNS:
+                break
+    return changes
+
+
+def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Optional[float]) -> dict[str, Any]:
+    """The run's parts at no load, from the past runs: (point, low, high) of its training, and the
+    median of the past runs' other costs."""
+    per_step = plan["examples_seen"] / max(plan["steps"], 1)
+    points, steps = [], []
+    for metrics in history:
+        seconds, examples = _step(metrics, per_step)
+        past_tokens = metrics.get("_tokens") or tokens or DEFAULT_MEAN_TOKENS
+        steps.append((seconds, examples, past_tokens))
+        points.append((examples * past_tokens, seconds / slowdown(_run_load(metrics))))
+    fit = fit_step_seconds(points)
+    new_tokens = per_step * (tokens or statistics.median(t for _, _, t in steps))
+    point, low, high = predict_step(fit, new_tokens)
+    rates = []
+    for (_, examples, past_tokens), metrics in zip(steps, history):
+        # an evaluated example costs what a step's example costs, new length against the past run's
+        scale = (point / per_step) / max(predict_step(fit, examples * past_tokens)[0] / examples, 1e-12)
+        rates.append(_other_rates(metrics, scale))
+    other = {k: statistics.median(r[k] for r in rates) for k in rates[0]}
+    return {"train": (plan["steps"] * point, plan["steps"] * low, plan["steps"] * high),
+            "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1) * other["eval"],
+            "checkpoints": plan["checkpoints"] * other["checkpoint"], "fixed": other["fixed"], "fit": fit}
 
 
 def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
-                 n_validation: Optional[int] = None, mean_tokens: Optional[float] = None) -> Optional[dict[str, Any]]:
-    """Seconds (point, low, high) and their parts for ``spec`` on this machine; None when the size of the
-    data or of the model is unknown. ``basis`` says whether past runs calibrated it."""
+                 n_validation: Optional[int] = None, mean_tokens: Optional[float] = None,
+                 load: Optional[dict[str, float]] = None) -> Optional[dict[str, Any]]:
+    """Seconds (point, low, high) and their parts for ``spec`` on this machine at its load now (``load``:
+    ``current_load``'s figures, read when not given); None when the size of the data or of the model is
+    unknown. ``basis`` says whether past runs calibrated it, ``sureness`` how far off it may be and why."""
     shape = _dataset_shape(wb, spec.data.dataset_id)
     n_train, n_validation = n_train or shape["train"], n_validation or shape["validation"]
-    mean_tokens = mean_tokens or shape["tokens"]
     if not n_train:
         return None
     try:
@@ -202,69 +356,56 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
     shape["sentence_head"] = shape["sentence_model"] and pools_as_supported(catalogue.load_path(info))
     plan = run_plan(spec, info.parameters, n_train, n_validation, shape)
+    tokens = mean_tokens or tokens_per_example(shape["token_stats"], int(plan["hp"]["max_length"]))
     kind = expected_device(spec_device(wb))
+    load = load if load is not None else (current_load() or {})
+    # the load the run will share the CPUs with: what runs now, plus itself (a GPU run hardly feels it)
+    during = {k: (v + OWN_LOAD if kind == "cpu" else 0.0) for k, v in load.items()}
+    factor = {k: slowdown(during.get(k)) for k in ("now", "low", "high")}
+    changes = load_changes(wb) if kind == "cpu" and load else []
+    if changes:  # the load may move while the run waits and runs as much as it did for the runs before
+        factor["low"] = min(factor["low"], factor["now"] * min(changes))
+        factor["high"] = max(factor["high"], factor["now"] * max(changes))
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
-        rates = [_rates(m, mean_tokens) for m in _at_usual_load(history)]
-        parts = _seconds(plan, {k: statistics.median(r[k] for r in rates) for k in rates[0]})
-        spread = range_spread([sum(_seconds(plan, r).values()) for r in rates])
-        low, high = sum(parts.values()) / spread, sum(parts.values()) * spread
+        unloaded = _calibrated(plan, history, tokens)
+        fit = unloaded.pop("fit")
+        train_point, train_low, train_high = unloaded["train"]
+        other = unloaded["evaluation"] + unloaded["checkpoints"] + unloaded["fixed"]
+        parts = {**unloaded, "train": train_point}
+        low = (train_low + other) / fit["spread"] * factor["low"]
+        high = (train_high + other) * fit["spread"] * factor["high"]
         basis = f"{len(history)} past run(s) of this model and task on this {kind.upper()}"
-        sureness = (f"based on {len(history)} past run{'s' if len(history) != 1 else ''}; "
-                    f"±{round((spread - 1) * 100)} %")
+        sureness = f"based on {len(history)} past run{'s' if len(history) != 1 else ''}"
     else:
-        train = catalogue.estimate_training(info.parameters, mean_tokens or DEFAULT_MEAN_TOKENS,
+        train = catalogue.estimate_training(info.parameters, tokens or DEFAULT_MEAN_TOKENS,
                                             plan["examples_seen"], 1.0)["seconds"]
         per_example = train / max(plan["examples_seen"], 1)
         parts = {"train": train, "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1)
                  * per_example * EVAL_COST, "checkpoints": 0.0, "fixed": HEURISTIC_FIXED_SECONDS}
         total = sum(parts.values())
-        low, high = total * HEURISTIC_LOW, total * HEURISTIC_HIGH
+        low, high = total * HEURISTIC_LOW * factor["low"], total * HEURISTIC_HIGH * factor["high"]
         basis = "no finished run of this model and task on this machine yet: a rough guess from the model size"
         sureness = "rough guess: no past run; could be half or twice this"
+    parts = {k: v * factor["now"] for k, v in parts.items()}
     seconds = sum(parts.values())
-    return {"seconds": round(seconds, 1), "low": round(min(low, seconds), 1), "high": round(max(high, seconds), 1),
+    low, high = min(low, seconds), max(high, seconds)
+    if history:
+        sureness += f"; −{round((1 - low / seconds) * 100)} % / +{round((high / seconds - 1) * 100)} %"
+    if during.get("now") is not None and kind == "cpu" and factor["high"] > 1.0:
+        sureness += (f"; machine load {load['now']:.1f} per CPU now ({load['low']:.1f}–{load['high']:.1f} over "
+                     f"15 min): {factor['now']:.1f}× an idle machine's time")
+        if changes:
+            sureness += (f"; the load moved {min(changes):.1f}–{max(changes):.1f}× between submit and run for the "
+                         f"last {len(changes)} run{'s' if len(changes) != 1 else ''}")
+    return {"seconds": round(seconds, 1), "low": round(low, 1), "high": round(high, 1),
             "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "sureness": sureness,
-            "calibrated": bool(history),
+            "calibrated": bool(history), "load": {k: round(v, 2) for k, v in load.items()},
             "runs": len(history), "device": kind, "examples_seen": plan["examples_seen"],
+            "tokens_per_example": round(tokens, 1) if tokens else None,
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
             "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"],
             "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
-
-
-def _at_usual_load(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Past runs with their costs scaled from the load each was measured under to the median load of
-    those that recorded one: a run slowed down by other work on the machine counts as a normal one.
-    A load under 1 per CPU counts as 1 (an idle machine is no faster than a fully used one), and runs
-    from before loads were recorded stay as they are."""
-    loads = [_load(m) for m in history if _load(m) is not None]
-    if not loads:
-        return history
-    usual = max(1.0, statistics.median(loads))
-    scaled = []
-    for metrics in history:
-        load = _load(metrics)
-        factor = usual / max(1.0, load) if load is not None else 1.0
-        scaled.append({**metrics, "_load_factor": factor})
-    return scaled
-
-
-def _load(metrics: dict[str, Any]) -> Optional[float]:
-    """The machine's load per CPU while the run ran (``jobs.engine``), or None."""
-    load = (metrics.get("machine") or {}).get("load_per_cpu")
-    return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
-
-
-def range_spread(totals: list[float]) -> float:
-    """How far (as a factor) the estimate may be off, from the past runs' totals for the new run: the
-    median distance of a total from the median one, on a log scale, so one outlier cannot widen it;
-    never under ``MIN_SPREAD``, nor under ``ONE_RUN_SPREAD`` with fewer than three runs."""
-    positive = [t for t in totals if t > 0]
-    if len(positive) < 2:
-        return ONE_RUN_SPREAD
-    middle = statistics.median(math.log(t) for t in positive)
-    spread = math.exp(statistics.median(abs(math.log(t) - middle) for t in positive))
-    return max(MIN_SPREAD if len(positive) >= 3 else ONE_RUN_SPREAD, spread)
 
 
 def spec_device(wb: Workbench) -> str:
