@@ -359,13 +359,7 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     tokens = mean_tokens or tokens_per_example(shape["token_stats"], int(plan["hp"]["max_length"]))
     kind = expected_device(spec_device(wb))
     load = load if load is not None else (current_load() or {})
-    # the load the run will share the CPUs with: what runs now, plus itself (a GPU run hardly feels it)
-    during = {k: (v + OWN_LOAD if kind == "cpu" else 0.0) for k, v in load.items()}
-    factor = {k: slowdown(during.get(k)) for k in ("now", "low", "high")}
-    changes = load_changes(wb) if kind == "cpu" and load else []
-    if changes:  # the load may move while the run waits and runs as much as it did for the runs before
-        factor["low"] = min(factor["low"], factor["now"] * min(changes))
-        factor["high"] = max(factor["high"], factor["now"] * max(changes))
+    factor, changes = _load_factors(wb, kind, load)
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
         unloaded = _calibrated(plan, history, tokens)
@@ -392,12 +386,7 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     low, high = min(low, seconds), max(high, seconds)
     if history:
         sureness += f"; −{round((1 - low / seconds) * 100)} % / +{round((high / seconds - 1) * 100)} %"
-    if during.get("now") is not None and kind == "cpu" and factor["high"] > 1.0:
-        sureness += (f"; machine load {load['now']:.1f} per CPU now ({load['low']:.1f}–{load['high']:.1f} over "
-                     f"15 min): {factor['now']:.1f}× an idle machine's time")
-        if changes:
-            sureness += (f"; the load moved {min(changes):.1f}–{max(changes):.1f}× between submit and run for the "
-                         f"last {len(changes)} run{'s' if len(changes) != 1 else ''}")
+    sureness += _load_words(load, factor, changes)
     return {"seconds": round(seconds, 1), "low": round(low, 1), "high": round(high, 1),
             "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "sureness": sureness,
             "calibrated": bool(history), "load": {k: round(v, 2) for k, v in load.items()},
@@ -406,6 +395,33 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
             "validation_examples": plan["validation_examples"], "epochs": plan["hp"]["epochs"],
             "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
+
+
+def _load_factors(wb: Workbench, kind: str, load: dict[str, float]) -> tuple[dict[str, float], list[float]]:
+    """The slowdowns (``now``, ``low``, ``high``) a run submitted now can expect on ``kind``, and the past
+    runs' load changes that widened them. The run shares the CPUs with what runs now, plus itself; a GPU
+    run hardly feels the load."""
+    if kind != "cpu" or not load:
+        return {"now": 1.0, "low": 1.0, "high": 1.0}, []
+    factor = {k: slowdown(load[k] + OWN_LOAD) for k in ("now", "low", "high")}
+    changes = load_changes(wb)
+    if changes:  # the load may move while the run waits and runs as much as it did for the runs before
+        factor["low"] = min(factor["low"], factor["now"] * min(changes))
+        factor["high"] = max(factor["high"], factor["now"] * max(changes))
+    return factor, changes
+
+
+def _load_words(load: dict[str, float], factor: dict[str, float], changes: list[float]) -> str:
+    """``; machine load 2.0 per CPU now (…): 3.0× an idle machine's time; the load moved …``, or "" when
+    the load changes nothing."""
+    if factor["high"] <= 1.0:
+        return ""
+    words = (f"; machine load {load['now']:.1f} per CPU now ({load['low']:.1f}–{load['high']:.1f} over "
+             f"15 min): {factor['now']:.1f}× an idle machine's time")
+    if changes:
+        words += (f"; the load moved {min(changes):.1f}–{max(changes):.1f}× between submit and run for the "
+                  f"last {len(changes)} run{'s' if len(changes) != 1 else ''}")
+    return words
 
 
 def spec_device(wb: Workbench) -> str:
