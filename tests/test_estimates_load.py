@@ -100,7 +100,10 @@ def test_the_load_now_is_read_from_the_load_averages(monkeypatch):
     monkeypatch.undo()  # the idle machine of the other tests
     monkeypatch.setattr(estimates.os, "getloadavg", lambda: (10.0, 6.0, 3.0))
     monkeypatch.setattr(estimates.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(estimates, "nice_mix", lambda: 1.0)
     assert estimates.current_load() == {"now": 5.0, "low": 1.5, "high": 5.0}
+    monkeypatch.setattr(estimates, "nice_mix", lambda: 0.5)  # half of what runs is niced to nothing
+    assert estimates.current_load() == {"now": 2.5, "low": 0.75, "high": 2.5}
     assert estimates.slowdown(0.3) == 1.0 and estimates.slowdown(6.0) == 6.0 and estimates.slowdown(None) == 1.0
 
 
@@ -108,6 +111,25 @@ def test_the_load_a_run_ran_under_is_sampled_cheaply():
     load = machine_load()
     assert load is None or load >= 0.0
     assert mean_load(1.0, None, 2.0) == 1.5 and mean_load(None) is None
+
+
+def test_niced_work_weighs_less_in_the_load(tmp_path):
+    """Issue 39: the load average counted the other engineers' test suites, run at nice 10, like normal
+    work: 14 per CPU read as 15× an idle machine's time for a run that took about twice it."""
+    from jobs.progress import nice_mix
+
+    def thread(pid: int, state: str, nice: int) -> None:
+        folder = tmp_path / str(pid) / "task" / str(pid)
+        folder.mkdir(parents=True)
+        fields = [state] + ["0"] * 15 + [str(nice)] + ["0"] * 30
+        (folder / "stat").write_text(f"{pid} (python (x)) " + " ".join(fields) + "\n")
+
+    assert nice_mix(1, str(tmp_path)) == 1.0  # nothing runs
+    thread(1, "R", 0)
+    thread(2, "S", 10)  # asleep: not counted
+    assert nice_mix(1, str(tmp_path)) == 1.0
+    thread(3, "R", 10)
+    assert nice_mix(1, str(tmp_path)) == pytest.approx((1 + 1.25 ** -10) / 2)
 
 
 def _running(minutes_in: float, eta: float | None, phase: str = "training") -> dict:

@@ -13,7 +13,9 @@ and the range covers both extremes.
 Machine load varies (the machine is shared): each past run's times are brought to an unloaded machine
 by the load it ran under (``machine.load_per_cpu``, recorded by the engine) and the new run's to the
 load now (``current_load``), both through ``slowdown``: with ``L`` runnable processes per CPU, itself
-included, a CPU-bound run gets ``1 / L`` of the time it would get alone (never faster than alone). The
+included, a CPU-bound run gets ``1 / L`` of the time it would get alone (never faster than alone).
+Both loads are weighted by the priority of what runs: ten test processes at ``nice 10`` slow a
+normal-priority run down about as much as one at normal priority. The
 range is honest rather than fixed: the fit's residuals over the past runs (one outlier among five or
 more left out) and the load's own variation over the last 15 minutes (the 1-, 5- and 15-minute load
 averages) widen it; ``sureness`` says so in words. Without a past run it falls back to the
@@ -36,6 +38,7 @@ from typing import Any, Optional
 from sqlalchemy import select
 
 from jobs import catalogue, hyperparameters
+from jobs.progress import nice_mix
 from jobs.spec import RunSpec
 from storage.context import Workbench
 from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
@@ -167,14 +170,15 @@ def _mean_cut(low: float, high: float, cut: float) -> float:
 
 def current_load() -> Optional[dict[str, float]]:
     """The machine's load per CPU now (the 1-minute average) and over the last 15 minutes (the lowest and
-    highest of the 1-, 5- and 15-minute averages): what the next run will most likely share the CPUs with,
-    and how much that has varied. None where the system keeps no load average."""
+    highest of the 1-, 5- and 15-minute averages), each weighted by the priority of what runs now
+    (``jobs.progress.nice_mix``: niced work hardly slows a run down): what the next run will most likely
+    share the CPUs with, and how much that has varied. None where the system keeps no load average."""
     try:
         averages = os.getloadavg()
     except (AttributeError, OSError):
         return None
-    cpus = os.cpu_count() or 1
-    return {"now": averages[0] / cpus, "low": min(averages) / cpus, "high": max(averages) / cpus}
+    per_cpu = nice_mix() / (os.cpu_count() or 1)
+    return {"now": averages[0] * per_cpu, "low": min(averages) * per_cpu, "high": max(averages) * per_cpu}
 
 
 def slowdown(load_per_cpu: Optional[float]) -> float:
