@@ -7,8 +7,8 @@ as a fixed cost plus a cost per token read (``fit_step_seconds``: least squares 
 measured step times against their tokens per step). A text costs what training reads of it,
 ``min(length, max_length)`` (``tokens_per_example``), not its whole length: 560-token e-mails cut at
 128 tokens cost 128. On a small model on a CPU the fixed part dominates (3.7 s a step for 30-token
-sentences, 3.8 s for 128-token e-mails); with past runs of one text length only, the split is unknown
-and the range covers both extremes.
+sentences, 3.8 s for 128-token e-mails); with past runs of one text length only, the cost per token
+comes from the model's size and the rest of the measured step is the fixed part.
 
 Machine load varies (the machine is shared): each past run's times are brought to an unloaded machine
 by the load it ran under (``machine.load_per_cpu``, recorded by the engine) and the new run's to the
@@ -241,20 +241,22 @@ def _step(metrics: dict[str, Any], examples_per_step: float) -> tuple[float, flo
     return examples_per_step / float(metrics["samples_per_second"]), examples_per_step
 
 
-def fit_step_seconds(points: list[tuple[float, float]]) -> dict[str, Any]:
+def fit_step_seconds(points: list[tuple[float, float]], prior_per_token: float = 0.0) -> dict[str, Any]:
     """Seconds of one optimisation step as ``fixed + per_token × tokens``, fitted by least squares to past
     runs' ``(tokens per step, seconds per step)`` at no load.
 
-    Where the past runs' tokens per step differ by less than ``SPLIT_SPREAD`` the split cannot be told:
-    ``fixed`` holds all of the median time and ``proportional`` the median time per token, and
-    ``predict_step`` reports both as the ends of its range. ``spread`` is the factor the fit is off by on
-    the past runs (the largest on a log scale; the second largest from five runs on, so that one odd run
-    does not widen it), never under ``MIN_SPREAD``, nor under ``ONE_RUN_SPREAD`` with fewer than three."""
+    Where the past runs' tokens per step differ by less than ``SPLIT_SPREAD`` the split cannot be told
+    from them: the cost per token is taken from the model's size (``prior_per_token``, the heuristic of
+    ``jobs.catalogue``, itself off by up to 2× either way: ``prior`` keeps the range of costs per token
+    that ``predict_step`` spans) and the fixed part is what is left of the measured steps. ``spread`` is
+    the factor the fit is off by on the past runs (the largest on a log scale; the second largest from
+    five runs on, so that one odd run does not widen it), never under ``MIN_SPREAD``, nor under
+    ``ONE_RUN_SPREAD`` with fewer than three."""
     points = [(x, y) for x, y in points if x and x > 0 and y > 0]
     if not points:
-        return {"fixed": 0.0, "per_token": 0.0, "proportional": None, "spread": ONE_RUN_SPREAD, "runs": 0}
+        return {"fixed": 0.0, "per_token": 0.0, "prior": None, "spread": ONE_RUN_SPREAD, "runs": 0, "points": []}
     xs, ys = [x for x, _ in points], [y for _, y in points]
-    fit: dict[str, Any] = {"proportional": None, "runs": len(points)}
+    fit: dict[str, Any] = {"prior": None, "runs": len(points), "points": points}
     if len(points) >= 2 and max(xs) / min(xs) >= SPLIT_SPREAD:
         mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
         slope = (sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs))
@@ -264,21 +266,30 @@ def fit_step_seconds(points: list[tuple[float, float]]) -> dict[str, Any]:
         elif fixed < 0:  # nor can a step cost less than nothing: all per token, through the origin
             slope, fixed = sum(x * y for x, y in points) / sum(x * x for x in xs), 0.0
         fit.update(fixed=fixed, per_token=slope)
-    else:
-        fit.update(fixed=statistics.median(ys), per_token=0.0, proportional=statistics.median(y / x for x, y in points))
+    else:  # a step cannot cost more per token than all of it: the prior stops at "all per token"
+        most = statistics.median(y / x for x, y in points)
+        per_token = min(prior_per_token, most)
+        fit.update(fixed=_fixed_part(points, per_token), per_token=per_token,
+                   prior=(min(prior_per_token * HEURISTIC_LOW, most), min(prior_per_token * HEURISTIC_HIGH, most)))
     residuals = sorted(abs(math.log(y / max(fit["fixed"] + fit["per_token"] * x, 1e-9))) for x, y in points)
     largest = residuals[-2] if len(residuals) >= 5 else residuals[-1]
     fit["spread"] = max(MIN_SPREAD if len(points) >= 3 else ONE_RUN_SPREAD, math.exp(largest))
     return fit
 
 
+def _fixed_part(points: list[tuple[float, float]], per_token: float) -> float:
+    """The median of what the measured steps leave once ``per_token`` is paid for their tokens (never < 0)."""
+    return max(0.0, statistics.median(y - per_token * x for x, y in points))
+
+
 def predict_step(fit: dict[str, Any], tokens: float) -> tuple[float, float, float]:
-    """(point, low, high) seconds of one step reading ``tokens`` at no load, the fit's spread left out."""
+    """(point, low, high) seconds of one step reading ``tokens`` at no load, the fit's spread left out: with
+    the cost per token taken from the model's size, at both ends of its range."""
     point = fit["fixed"] + fit["per_token"] * tokens
-    if fit.get("proportional") is None:
+    if fit.get("prior") is None:
         return point, point, point
-    ends = sorted((fit["fixed"], fit["proportional"] * tokens))  # all fixed … all per token
-    return math.sqrt(ends[0] * ends[1]), ends[0], ends[1]
+    ends = sorted(_fixed_part(fit["points"], b) + b * tokens for b in fit["prior"])
+    return point, min(ends[0], point), max(ends[1], point)
 
 
 def _other_rates(metrics: dict[str, Any], eval_scale: float) -> dict[str, float]:
@@ -315,7 +326,8 @@ def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
     return changes
 
 
-def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Optional[float]) -> dict[str, Any]:
+def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Optional[float],
+                prior_per_token: float) -> dict[str, Any]:
     """The run's parts at no load, from the past runs: (point, low, high) of its training, and the
     median of the past runs' other costs."""
     per_step = plan["examples_seen"] / max(plan["steps"], 1)
@@ -325,7 +337,7 @@ def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Opt
         past_tokens = metrics.get("_tokens") or tokens or DEFAULT_MEAN_TOKENS
         steps.append((seconds, examples, past_tokens))
         points.append((examples * past_tokens, seconds / slowdown(_run_load(metrics))))
-    fit = fit_step_seconds(points)
+    fit = fit_step_seconds(points, prior_per_token)
     new_tokens = per_step * (tokens or statistics.median(t for _, _, t in steps))
     point, low, high = predict_step(fit, new_tokens)
     rates = []
@@ -366,7 +378,9 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     factor, changes = _load_factors(wb, kind, load)
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
-        unloaded = _calibrated(plan, history, tokens)
+        # the model-size heuristic's cost of one token, for when past runs cannot tell it
+        per_token = info.parameters / catalogue.CPU_PARAM_TOKENS_PER_SECOND
+        unloaded = _calibrated(plan, history, tokens, per_token)
         fit = unloaded.pop("fit")
         train_point, train_low, train_high = unloaded["train"]
         other = unloaded["evaluation"] + unloaded["checkpoints"] + unloaded["fixed"]
