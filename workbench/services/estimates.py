@@ -53,6 +53,11 @@ OWN_LOAD = 1.0  # a training run keeps every CPU busy (torch's threads default t
 PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
 HEURISTIC_LOW, HEURISTIC_HIGH = 0.5, 2.0  # the uncalibrated heuristic is off by up to 2x either way
 HEURISTIC_FIXED_SECONDS = 15.0  # loading the model and tokenizing, before any history exists
+# A step costs more than its tokens: the optimiser's update of every weight and the embedding matrix's
+# dense gradient. Measured with MiniLM (22.7M parameters) on this 2-CPU machine: 12.4 s a step of 8
+# 24-token messages at a weighted load of 2.3 per CPU, about 4 s on an idle machine (bench/estimates.py);
+# the tokens' own cost (parameters × tokens / 1.7e10) is 0.3 s of it.
+HEURISTIC_STEP_SECONDS_PER_PARAMETER = 1.5e-7
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step (forward + backward)
 DEFAULT_MEAN_TOKENS = 32.0
 
@@ -390,8 +395,9 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
         basis = f"{len(history)} past run(s) of this model and task on this {kind.upper()}"
         sureness = f"based on {len(history)} past run{'s' if len(history) != 1 else ''}"
     else:
-        train = catalogue.estimate_training(info.parameters, tokens or DEFAULT_MEAN_TOKENS,
-                                            plan["examples_seen"], 1.0)["seconds"]
+        train = (catalogue.estimate_training(info.parameters, tokens or DEFAULT_MEAN_TOKENS,
+                                             plan["examples_seen"], 1.0)["seconds"]
+                 + plan["steps"] * info.parameters * HEURISTIC_STEP_SECONDS_PER_PARAMETER)
         per_example = train / max(plan["examples_seen"], 1)
         parts = {"train": train, "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1)
                  * per_example * EVAL_COST, "checkpoints": 0.0, "fixed": HEURISTIC_FIXED_SECONDS}
