@@ -91,8 +91,10 @@ def test_the_range_holds_how_much_the_load_moved_for_past_runs(wb):
         session.query(Run).update({"estimate": {"seconds": 1.0, "load": {"now": 1.0}}})
     assert estimates.load_changes(wb) == [2.0]
     est = estimates.estimate_run(wb, _spec(_dataset(wb, "new", 40.0)), load={"now": 1.0, "low": 1.0, "high": 1.0})
-    assert est["high"] == pytest.approx(est["seconds"] * 1.3 * 2, abs=0.2)
-    assert est["low"] == pytest.approx(est["seconds"] / 1.3, abs=0.2)
+    # 2 runnable per CPU now with the run, typically 2× that by the time it runs: 4× an idle machine's time
+    assert est["parts"]["train"] == pytest.approx(4 * 150.0, abs=0.2)
+    assert est["high"] == pytest.approx(est["seconds"] * 1.3, abs=0.2)
+    assert est["low"] == pytest.approx(est["seconds"] / 1.3 / 2, abs=0.2)  # or the load now stays
     assert "the load moved 2.0–2.0× between submit and run for the last 1 run" in est["sureness"]
 
 

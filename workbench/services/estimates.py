@@ -429,9 +429,12 @@ def _load_factors(wb: Workbench, kind: str, load: dict[str, float]) -> tuple[dic
         return {"now": 1.0, "low": 1.0, "high": 1.0}, []
     factor = {k: slowdown(load[k] + OWN_LOAD) for k in ("now", "low", "high")}
     changes = load_changes(wb)
-    if changes:  # the load may move while the run waits and runs as much as it did for the runs before
-        factor["low"] = min(factor["low"], factor["now"] * min(changes))
-        factor["high"] = max(factor["high"], factor["now"] * max(changes))
+    if changes:  # the load moves between submit and run as it did for the runs before: typically by their
+        # median (the 1-minute average at a submit still holds the run that just ended), at most by their ends
+        now = factor["now"]
+        factor["now"] = now * statistics.median(changes)
+        factor["low"] = min(factor["low"], now * min(changes))
+        factor["high"] = max(factor["high"], now * max(changes))
     return factor, changes
 
 
