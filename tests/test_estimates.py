@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pytest
 
 from jobs.spec import DEFAULT_MODEL, DataSpec, RunSpec, TrainSpec
+from storage.datasets.stats import length_summary
 from storage.models import Dataset, Run
 from workbench.services import estimates
 from workbench.services import runs as runs_service
@@ -123,6 +125,9 @@ def test_long_texts_cost_what_training_reads_of_them(wb):
     lengths = {"mean": 560.0, "max_length": 128, "truncated_mean": 127.0,
                "histogram": {"counts": [5, 20, 75], "edges": [100, 200, 500, 1000]}}
     assert estimates.tokens_per_example(lengths, 128) == 127.0
+    # measured at import: what training reads of each text, as well as the whole mean
+    summary = length_summary(np.array([10, 200, 600]), 128, tokenizer="t", sampled=False, population=3)
+    assert summary["mean"] == 270.0 and summary["truncated_mean"] == pytest.approx(88.7)
     # at another max_length: the histogram, each bin spread evenly and cut there
     assert estimates.tokens_per_example(lengths, 256) == pytest.approx(
         (5 * 150 + 20 * (56 / 300 * 228 + 244 / 300 * 256) + 75 * 256) / 100, rel=1e-6)
