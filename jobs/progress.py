@@ -5,7 +5,9 @@ passes one that writes to the database, tests pass ``RecordingReporter``.
 """
 from __future__ import annotations
 
+import glob
 import os
+import time
 from typing import Mapping, Optional, Protocol
 
 
@@ -40,13 +42,35 @@ def report_phase(reporter, name: str, done: Optional[int] = None, total: Optiona
 
 
 def machine_load() -> Optional[float]:
-    """The machine's 1-minute load average per CPU, or None where the system keeps none. A run records
-    it (``metrics["machine"]["load_per_cpu"]``) so that a run measured on a busy machine calibrates later
-    estimates fairly."""
+    """The machine's 1-minute load average per CPU, weighted by the priority of what runs (``nice_mix``),
+    or None where the system keeps none. A run records it (``metrics["machine"]["load_per_cpu"]``) so
+    that a run measured on a busy machine calibrates later estimates fairly."""
     try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
+        return os.getloadavg()[0] / (os.cpu_count() or 1) * nice_mix()
     except (AttributeError, OSError):
         return None
+
+
+def nice_mix(samples: int = 2, proc: str = "/proc") -> float:
+    """How much the runnable threads weigh against as many at normal priority: 1.0 when none is niced.
+
+    The load average counts a thread at ``nice 10`` (a test suite run with ``nice``) like one at 0, but
+    the scheduler gives it a tenth of the weight (each nice step is a factor 1.25): beside ten niced
+    busy processes a normal run keeps most of a CPU. The mean weight of the threads that are runnable
+    (state R) in a few quick looks at ``/proc``; 1.0 where there is no ``/proc`` or nothing runs."""
+    weights = []
+    for look in range(samples):
+        if look:
+            time.sleep(0.01)
+        for stat in glob.glob(f"{proc}/[0-9]*/task/[0-9]*/stat"):
+            try:
+                with open(stat, encoding="ascii", errors="replace") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # the thread ended while we looked
+            if len(fields) > 16 and fields[0] == "R":
+                weights.append(1.25 ** -int(fields[16]))
+    return sum(weights) / len(weights) if weights else 1.0
 
 
 def mean_load(*samples: Optional[float]) -> Optional[float]:

@@ -148,3 +148,22 @@ def test_without_a_lane_a_short_job_waits_its_turn(wb):
     found = runs_service.queue_positions(wb, NOW)[predict]
     assert (found["lane"], found["after"], found["expected_start_seconds"]) == ("main", running, 1320.0)
     assert fmt.queue_text(found).startswith("1st in line · starts after run 1")
+
+
+def test_the_train_forms_outlook_follows_the_queue_not_the_form(wb):
+    """Issue 39: "If started now: 1st in line" stayed on the form while a run ran: the line sat in the
+    model facts, read only when a field changed. It has its own box, read at every tick of a timer."""
+    from tests.test_ui_stale_states import block
+    from workbench.ui import app
+
+    queue.register_worker(wb.db, "w1", 1, "")
+    page = app.build_ui(wb)
+    outlook = block(page, "train-queue-outlook")
+    (tick,) = [f for f in page.fns.values() if outlook in f.outputs and f.fn is not None
+               and any(event == "tick" for _, event in f.targets)]
+    assert tick.fn() == "If started now: 1st in line · starts as soon as a worker takes it."
+    running = _run(wb, "running", 600.0, started_at=dt.datetime.utcnow(), eta_seconds=300.0, phase="training")
+    assert tick.fn() == f"If started now: 1st in line · starts after run {running}, in about 5 min."
+    with wb.db.session() as session:  # the run has moved on: 2 minutes of its steps left
+        session.get(Run, running).eta_seconds = 120.0
+    assert tick.fn() == f"If started now: 1st in line · starts after run {running}, in about 2 min."

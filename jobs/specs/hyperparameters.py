@@ -37,6 +37,13 @@ _LR = {  # task family → (small, base, large)
 _TASK_FAMILY = {"text-classification": "classification", "token-classification": "span",
                 "question-answering": "span", "masked-lm": "mlm"}
 _MAX_LENGTH = {"text-classification": 128, "token-classification": 128, "question-answering": 384, "masked-lm": 128}
+
+
+def max_length_for(task: str) -> int:
+    """The tokens of a text a run of ``task`` reads when its spec sets no ``max_length``."""
+    return _MAX_LENGTH.get(task, 128)
+
+
 # quick = one full epoch on at most this many training examples (a seeded sample of larger sets).
 # 100 steps (0.4 epoch of 2,000 reviews) left a model at chance level; one epoch on 2,000 examples
 # reaches most of the standard preset's score in a fraction of its time (docs/training.md, "Defaults and presets").

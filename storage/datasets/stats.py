@@ -156,6 +156,8 @@ def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, samp
         "sampled": sampled,
         "population": population,
         "mean": round(float(lengths.mean()), 1),
+        # what training reads of each text (it is cut at max_length): the estimates scale by this, not the mean
+        "truncated_mean": round(float(np.minimum(lengths, max_length).mean()), 1),
         "p50": int(np.percentile(lengths, 50)),
         "p95": int(np.percentile(lengths, 95)),
         "p99": p99,

@@ -1,20 +1,27 @@
 """How long a run will take: training plus every evaluation, calibrated on this machine's past runs.
 
-A finished run's ``metrics`` hold the parts of its time (``jobs.training.engine``): optimisation
-throughput (``samples_per_second``), its evaluations, checkpoints, start-up and final
-evaluation. ``estimate_run`` takes the most recent succeeded runs of the same model, task
-and kind of device, scales their throughput by the tokens per example of each dataset,
-and adds up the new run's training, evaluations, checkpoints and fixed costs.
+A finished run's ``metrics`` hold the parts of its time (``jobs.training.engine``): its optimisation steps,
+its evaluations, checkpoints, start-up and final evaluation. ``estimate_run`` takes the most recent
+succeeded runs of the same model, task and kind of device and fits the time of one optimisation step
+as a fixed cost plus a cost per token read (``fit_step_seconds``: least squares over the past runs'
+measured step times against their tokens per step). A text costs what training reads of it,
+``min(length, max_length)`` (``tokens_per_example``), not its whole length: 560-token e-mails cut at
+128 tokens cost 128. On a small model on a CPU the fixed part dominates (3.7 s a step for 30-token
+sentences, 3.8 s for 128-token e-mails); with past runs of one text length only, the cost per token
+comes from the model's size and the rest of the measured step is the fixed part.
 
-Machine load varies (a shared machine ran one quick run 4× slower than the one before), so
-the figures are robust to one odd run: each past run is first scaled from the load it was
-measured under (``machine.load_per_cpu``, recorded by the engine) to the usual load of those runs,
-the point is the median of their costs and the range is the median spread of their totals
-around it (never under ±15 %, nor under ±30 % with one or two past runs), so one slow
-outlier does not widen it. ``sureness`` says so in words ("based on 3 past runs; ±15 %").
-Without such a run it falls back to the parameter-count heuristic of ``jobs.training.catalogue``
-with a wide range. ``estimate_sweep`` adds up a sweep's trials with the expected effect of
-pruning; an audit's folds are estimated in ``workbench.services.audits``.
+Machine load varies (the machine is shared): each past run's times are brought to an unloaded machine
+by the load it ran under (``machine.load_per_cpu``, recorded by the engine) and the new run's to the
+load now (``current_load``), both through ``slowdown``: with ``L`` runnable processes per CPU, itself
+included, a CPU-bound run gets ``1 / L`` of the time it would get alone (never faster than alone).
+Both loads are weighted by the priority of what runs: ten test processes at ``nice 10`` slow a
+normal-priority run down about as much as one at normal priority. The
+range is honest rather than fixed: the fit's residuals over the past runs (one outlier among five or
+more left out) and the load's own variation over the last 15 minutes (the 1-, 5- and 15-minute load
+averages) widen it; ``sureness`` says so in words. Without a past run it falls back to the
+parameter-count heuristic of ``jobs.training.catalogue`` at the load now, with a range of half to twice that.
+``estimate_sweep`` adds up a sweep's trials with the expected effect of pruning; an audit's folds are
+estimated in ``workbench.services.audits``.
 
 No gradio here: the Train tab shows the estimate, ``submit_run`` stores it on the run,
 and the run page compares it with the time the run really took.
@@ -24,11 +31,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import statistics
 from typing import Any, Optional
 
 from sqlalchemy import select
 
+from jobs.progress import nice_mix
 from jobs.specs import hyperparameters
 from jobs.specs.run import RunSpec
 from jobs.training import catalogue
@@ -38,11 +47,18 @@ from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 10  # the most recent comparable runs taken into account
-MIN_SPREAD = 1.15  # even past runs that agree leave ±15 % (the range is point / spread … point × spread)
+MIN_SPREAD = 1.1  # the fit of three or more past runs that agree still leaves ±10 % (point / spread … × spread)
 ONE_RUN_SPREAD = 1.3  # one or two past runs say little about how much runs vary
+SPLIT_SPREAD = 1.5  # tokens per step must differ by half between past runs to tell fixed from per-token cost
+OWN_LOAD = 1.0  # a training run keeps every CPU busy (torch's threads default to the cores): 1 per CPU
 PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
 HEURISTIC_LOW, HEURISTIC_HIGH = 0.5, 2.0  # the uncalibrated heuristic is off by up to 2x either way
 HEURISTIC_FIXED_SECONDS = 15.0  # loading the model and tokenizing, before any history exists
+# A step costs more than its tokens: the optimiser's update of every weight and the embedding matrix's
+# dense gradient. Measured with MiniLM (22.7M parameters) on this 2-CPU machine: 12.4 s a step of 8
+# 24-token messages at a weighted load of 2.3 per CPU, about 4 s on an idle machine (bench/estimates.py);
+# the tokens' own cost (parameters × tokens / 1.7e10) is 0.3 s of it.
+HEURISTIC_STEP_SECONDS_PER_PARAMETER = 1.5e-7
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step (forward + backward)
 DEFAULT_MEAN_TOKENS = 32.0
 
@@ -64,8 +80,8 @@ def expected_device(setting: str) -> str:
 
 def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> dict[str, Any]:
     """Training and validation records, mean tokens per example and labels of a stored dataset."""
-    shape: dict[str, Any] = {"train": 0, "validation": 0, "tokens": None, "classes": 0, "multi_label": False,
-                             "pairs": False}
+    shape: dict[str, Any] = {"train": 0, "validation": 0, "tokens": None, "token_stats": None, "classes": 0,
+                             "multi_label": False, "pairs": False}
     if not dataset_id:
         return shape
     with wb.db.session() as session:
@@ -74,10 +90,12 @@ def _dataset_shape(wb: Workbench, dataset_id: Optional[str]) -> dict[str, Any]:
             return shape
         stats = dataset.stats or {}
         tokens = (stats.get("token_stats") or {}).get("mean")
+        token_stats = stats.get("token_stats") or None
         columns = stats.get("columns") or {}
         options = stats.get("options") or {}
         return {"train": int(dataset.num_train or 0), "validation": int(dataset.num_validation or 0),
-                "tokens": float(tokens) if tokens else None, "classes": len(dataset.labels or {}),
+                "tokens": float(tokens) if tokens else None, "token_stats": token_stats,
+                "classes": len(dataset.labels or {}),
                 "multi_label": bool(columns.get("label_separator")
                                     or (options.get("columns") or {}).get("label_separator")),
                 "pairs": bool(columns.get("text_pair"))}
@@ -128,17 +146,65 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
             "method": method, "epochs": steps / per_epoch}
 
 
+def tokens_per_example(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
+    """Mean tokens training reads of a text of the dataset: ``min(length, max_length)`` per text, as the
+    tokenizer cuts it (and ``group_by_length`` batches texts of about one length, so little padding is added).
+
+    Exact where the import measured it at this ``max_length`` (``truncated_mean``); otherwise from the
+    length histogram, each bin spread evenly and cut at ``max_length``; the mean itself, cut at
+    ``max_length``, where there is no histogram. None without statistics."""
+    stats = token_stats or {}
+    if stats.get("truncated_mean") is not None and stats.get("max_length") == max_length:
+        return float(stats["truncated_mean"])
+    histogram = stats.get("histogram") or {}
+    counts, edges = histogram.get("counts") or [], histogram.get("edges") or []
+    mean = stats.get("mean")
+    if counts and len(edges) == len(counts) + 1 and sum(counts):
+        cut = sum(c * _mean_cut(lo, hi, max_length) for c, lo, hi in zip(counts, edges, edges[1:]))
+        return cut / sum(counts)
+    return min(float(mean), float(max_length)) if mean else None
+
+
+def _mean_cut(low: float, high: float, cut: float) -> float:
+    """The mean of ``min(x, cut)`` for ``x`` spread evenly over ``low`` … ``high``."""
+    if high <= cut:
+        return (low + high) / 2
+    if low >= cut:
+        return cut
+    below = (cut - low) / (high - low)
+    return below * (low + cut) / 2 + (1 - below) * cut
+
+
+def current_load() -> Optional[dict[str, float]]:
+    """The machine's load per CPU now (the 1-minute average) and over the last 15 minutes (the lowest and
+    highest of the 1-, 5- and 15-minute averages), each weighted by the priority of what runs now
+    (``jobs.progress.nice_mix``: niced work hardly slows a run down): what the next run will most likely
+    share the CPUs with, and how much that has varied. None where the system keeps no load average."""
+    try:
+        averages = os.getloadavg()
+    except (AttributeError, OSError):
+        return None
+    per_cpu = nice_mix() / (os.cpu_count() or 1)
+    return {"now": averages[0] * per_cpu, "low": min(averages) * per_cpu, "high": max(averages) * per_cpu}
+
+
+def slowdown(load_per_cpu: Optional[float]) -> float:
+    """How many times slower a CPU-bound run is than on an idle machine with ``load_per_cpu`` runnable
+    processes per CPU, itself included: it gets ``1 / load`` of the CPUs, never more than all of them."""
+    return max(1.0, float(load_per_cpu)) if load_per_cpu is not None else 1.0
+
+
 def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "finetune") -> list[dict[str, Any]]:
-    """Metrics (with the dataset's mean tokens) of the latest succeeded runs of ``model``/``task`` on ``kind``
-    trained with ``method`` (a SetFit run's time says nothing about fine-tuning's, and a prediction or
-    evaluation job of the same model says nothing about training)."""
-    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at)
+    """Metrics (with the dataset's tokens per example as training read them) of the latest succeeded runs of
+    ``model``/``task`` on ``kind`` trained with ``method`` (a SetFit run's time says nothing about
+    fine-tuning's, and a prediction or evaluation job of the same model says nothing about training)."""
+    stmt = (select(Run.metrics, Dataset.stats, Run.started_at, Run.finished_at, Run.spec)
             .outerjoin(Dataset, Run.dataset_id == Dataset.id)
             .where(Run.status == SUCCEEDED, Run.kind == KIND_TRAIN, Run.model == model, Run.task == task)
             .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
     found = []
     with wb.db.session() as session:
-        for metrics, stats, started, finished in session.execute(stmt):
+        for metrics, stats, started, finished, spec in session.execute(stmt):
             metrics = metrics or {}
             if device_kind(metrics.get("device")) != kind or not metrics.get("samples_per_second"):
                 continue
@@ -146,51 +212,160 @@ def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "fin
                 continue
             if metrics.get("final_eval_seconds") is None:
                 continue  # trained before runs recorded the parts of their time
-            tokens = ((stats or {}).get("token_stats") or {}).get("mean")
+            max_length = ((spec or {}).get("train") or {}).get("max_length") or hyperparameters.max_length_for(task)
+            tokens = tokens_per_example((stats or {}).get("token_stats"), int(max_length))
             # the training process's own start (interpreter, torch) happens before the engine's clock starts
             process = actual_seconds({"started_at": started, "finished_at": finished})
             outside = max(0.0, process - metrics["wall_seconds"]) if process and metrics.get("wall_seconds") else 0.0
-            found.append({**metrics, "_mean_tokens": float(tokens) if tokens else None, "_outside": outside})
+            found.append({**metrics, "_tokens": tokens, "_outside": outside})
             if len(found) >= HISTORY_RUNS:
                 break
     return found
 
 
-def _rates(metrics: dict[str, Any], mean_tokens: Optional[float]) -> dict[str, float]:
-    """One past run as costs: seconds per training and per evaluated example (scaled to ``mean_tokens``),
-    seconds per checkpoint, and fixed seconds (start-up, saving the model)."""
-    scale = 1.0
-    if mean_tokens and metrics.get("_mean_tokens"):
-        scale = mean_tokens / metrics["_mean_tokens"]  # dynamic padding: cost follows the tokens
-    records = metrics.get("train_records") or metrics.get("train_examples") or 1
-    windows = metrics.get("train_examples") or records  # QA trains on windows, the plan counts records
-    train = windows / records / float(metrics["samples_per_second"]) * scale
+def _load(metrics: dict[str, Any]) -> Optional[float]:
+    """The machine's load per CPU while the run ran (``jobs.training.engine``), or None."""
+    load = (metrics.get("machine") or {}).get("load_per_cpu")
+    return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
+
+
+def _run_load(metrics: dict[str, Any]) -> Optional[float]:
+    """The load per CPU a past run shared the machine with, itself included. The engine averages a sample
+    taken as the run starts (its own work not yet in the 1-minute average) and one as it ends (all of it
+    in): half its own load is already counted."""
+    load = _load(metrics)
+    return load + OWN_LOAD / 2 if load is not None else None
+
+
+def _step(metrics: dict[str, Any], examples_per_step: float) -> tuple[float, float]:
+    """(seconds, examples) of one optimisation step of a past run: measured where it recorded its steps
+    and training time, else its throughput over the new run's examples per step."""
+    steps = metrics.get("steps")
+    pure = (metrics.get("train_seconds") or 0.0) - (metrics.get("eval_and_checkpoint_seconds") or 0.0)
+    if steps and pure > 0:
+        seconds = pure / steps
+        return seconds, seconds * float(metrics["samples_per_second"])
+    return examples_per_step / float(metrics["samples_per_second"]), examples_per_step
+
+
+def fit_step_seconds(points: list[tuple[float, float]], prior_per_token: float = 0.0) -> dict[str, Any]:
+    """Seconds of one optimisation step as ``fixed + per_token × tokens``, fitted by least squares to past
+    runs' ``(tokens per step, seconds per step)`` at no load.
+
+    Where the past runs' tokens per step differ by less than ``SPLIT_SPREAD`` the split cannot be told
+    from them: the cost per token is taken from the model's size (``prior_per_token``, the heuristic of
+    ``jobs.training.catalogue``, itself off by up to 2× either way: ``prior`` keeps the range of costs per token
+    that ``predict_step`` spans) and the fixed part is what is left of the measured steps. ``spread`` is
+    the factor the fit is off by on the past runs (the largest on a log scale; the second largest from
+    five runs on, so that one odd run does not widen it), never under ``MIN_SPREAD``, nor under
+    ``ONE_RUN_SPREAD`` with fewer than three."""
+    points = [(x, y) for x, y in points if x and x > 0 and y > 0]
+    if not points:
+        return {"fixed": 0.0, "per_token": 0.0, "prior": None, "spread": ONE_RUN_SPREAD, "runs": 0, "points": []}
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    fit: dict[str, Any] = {"prior": None, "runs": len(points), "points": points}
+    if len(points) >= 2 and max(xs) / min(xs) >= SPLIT_SPREAD:
+        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+        slope = (sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs))
+        fixed = mean_y - slope * mean_x
+        if slope < 0:  # more tokens cannot cost less: all fixed
+            slope, fixed = 0.0, statistics.median(ys)
+        elif fixed < 0:  # nor can a step cost less than nothing: all per token, through the origin
+            slope, fixed = sum(x * y for x, y in points) / sum(x * x for x in xs), 0.0
+        fit.update(fixed=fixed, per_token=slope)
+    else:  # a step cannot cost more per token than all of it: the prior stops at "all per token"
+        most = statistics.median(y / x for x, y in points)
+        per_token = min(prior_per_token, most)
+        fit.update(fixed=_fixed_part(points, per_token), per_token=per_token,
+                   prior=(min(prior_per_token * HEURISTIC_LOW, most), min(prior_per_token * HEURISTIC_HIGH, most)))
+    residuals = sorted(abs(math.log(y / max(fit["fixed"] + fit["per_token"] * x, 1e-9))) for x, y in points)
+    largest = residuals[-2] if len(residuals) >= 5 else residuals[-1]
+    fit["spread"] = max(MIN_SPREAD if len(points) >= 3 else ONE_RUN_SPREAD, math.exp(largest))
+    return fit
+
+
+def _fixed_part(points: list[tuple[float, float]], per_token: float) -> float:
+    """The median of what the measured steps leave once ``per_token`` is paid for their tokens (never < 0)."""
+    return max(0.0, statistics.median(y - per_token * x for x, y in points))
+
+
+def predict_step(fit: dict[str, Any], tokens: float) -> tuple[float, float, float]:
+    """(point, low, high) seconds of one step reading ``tokens`` at no load, the fit's spread left out: with
+    the cost per token taken from the model's size, at both ends of its range."""
+    point = fit["fixed"] + fit["per_token"] * tokens
+    if fit.get("prior") is None:
+        return point, point, point
+    ends = sorted(_fixed_part(fit["points"], b) + b * tokens for b in fit["prior"])
+    return point, min(ends[0], point), max(ends[1], point)
+
+
+def _other_rates(metrics: dict[str, Any], eval_scale: float) -> dict[str, float]:
+    """One past run's costs besides its steps at no load: seconds per evaluated example (times
+    ``eval_scale``, the new run's cost per token read against its own), per checkpoint, and fixed seconds
+    (start-up, saving the model, the process's own start)."""
     evaluated = (metrics.get("validation_records") or metrics.get("validation_examples") or 0) * (
         (metrics.get("evaluations") or 0) + 1)
     eval_seconds = (metrics.get("evaluation_seconds") or 0.0) + (metrics.get("final_eval_seconds") or 0.0)
-    per_eval = eval_seconds / evaluated * scale if evaluated else train * EVAL_COST
     checkpoints = metrics.get("checkpoints") or 0
-    per_checkpoint = (metrics.get("checkpoint_seconds") or 0.0) / checkpoints if checkpoints else 0.0
-    fixed = ((metrics.get("setup_seconds") or 0.0) + (metrics.get("finish_seconds") or 0.0)
-             + metrics.get("_outside", 0.0))
-    load = metrics.get("_load_factor", 1.0)  # see _at_usual_load
-    return {"train": train * load, "eval": per_eval * load, "checkpoint": per_checkpoint * load,
-            "fixed": fixed * load}
+    unloaded = 1.0 / slowdown(_run_load(metrics))
+    return {"eval": eval_seconds / evaluated * eval_scale * unloaded if evaluated else 0.0,
+            "checkpoint": (metrics.get("checkpoint_seconds") or 0.0) / checkpoints * unloaded if checkpoints else 0.0,
+            "fixed": ((metrics.get("setup_seconds") or 0.0) + (metrics.get("finish_seconds") or 0.0)
+                      + metrics.get("_outside", 0.0)) * unloaded}
 
 
-def _seconds(plan: dict[str, Any], rates: dict[str, float]) -> dict[str, float]:
-    return {"train": plan["examples_seen"] * rates["train"],
-            "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1) * rates["eval"],
-            "checkpoints": plan["checkpoints"] * rates["checkpoint"], "fixed": rates["fixed"]}
+def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
+    """How much the load moved between a submit and its run, for the latest succeeded runs on ``kind`` that
+    recorded both: the run's ``slowdown`` at the load it ran under over the one estimated at its submit. A
+    shared machine's load can double within minutes; these bound the range, as the machine has behaved."""
+    stmt = (select(Run.metrics, Run.estimate).where(Run.status == SUCCEEDED, Run.kind == KIND_TRAIN)
+            .order_by(Run.finished_at.desc(), Run.id.desc()).limit(HISTORY_RUNS * 3))
+    changes = []
+    with wb.db.session() as session:
+        for metrics, estimate in session.execute(stmt):
+            submitted = ((estimate or {}).get("load") or {}).get("now")
+            ran = _run_load(metrics or {})
+            if submitted is None or ran is None or device_kind((metrics or {}).get("device")) != kind:
+                continue
+            changes.append(slowdown(ran) / slowdown(float(submitted) + OWN_LOAD))
+            if len(changes) >= HISTORY_RUNS:
+                break
+    return changes
+
+
+def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Optional[float],
+                prior_per_token: float) -> dict[str, Any]:
+    """The run's parts at no load, from the past runs: (point, low, high) of its training, and the
+    median of the past runs' other costs."""
+    per_step = plan["examples_seen"] / max(plan["steps"], 1)
+    points, steps = [], []
+    for metrics in history:
+        seconds, examples = _step(metrics, per_step)
+        past_tokens = metrics.get("_tokens") or tokens or DEFAULT_MEAN_TOKENS
+        steps.append((seconds, examples, past_tokens))
+        points.append((examples * past_tokens, seconds / slowdown(_run_load(metrics))))
+    fit = fit_step_seconds(points, prior_per_token)
+    new_tokens = per_step * (tokens or statistics.median(t for _, _, t in steps))
+    point, low, high = predict_step(fit, new_tokens)
+    rates = []
+    for (_, examples, past_tokens), metrics in zip(steps, history):
+        # an evaluated example costs what a step's example costs, new length against the past run's
+        scale = (point / per_step) / max(predict_step(fit, examples * past_tokens)[0] / examples, 1e-12)
+        rates.append(_other_rates(metrics, scale))
+    other = {k: statistics.median(r[k] for r in rates) for k in rates[0]}
+    return {"train": (plan["steps"] * point, plan["steps"] * low, plan["steps"] * high),
+            "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1) * other["eval"],
+            "checkpoints": plan["checkpoints"] * other["checkpoint"], "fixed": other["fixed"], "fit": fit}
 
 
 def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
-                 n_validation: Optional[int] = None, mean_tokens: Optional[float] = None) -> Optional[dict[str, Any]]:
-    """Seconds (point, low, high) and their parts for ``spec`` on this machine; None when the size of the
-    data or of the model is unknown. ``basis`` says whether past runs calibrated it."""
+                 n_validation: Optional[int] = None, mean_tokens: Optional[float] = None,
+                 load: Optional[dict[str, float]] = None) -> Optional[dict[str, Any]]:
+    """Seconds (point, low, high) and their parts for ``spec`` on this machine at its load now (``load``:
+    ``current_load``'s figures, read when not given); None when the size of the data or of the model is
+    unknown. ``basis`` says whether past runs calibrated it, ``sureness`` how far off it may be and why."""
     shape = _dataset_shape(wb, spec.data.dataset_id)
     n_train, n_validation = n_train or shape["train"], n_validation or shape["validation"]
-    mean_tokens = mean_tokens or shape["tokens"]
     if not n_train:
         return None
     try:
@@ -204,69 +379,78 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
     shape["sentence_head"] = shape["sentence_model"] and pools_as_supported(catalogue.load_path(info))
     plan = run_plan(spec, info.parameters, n_train, n_validation, shape)
+    tokens = mean_tokens or tokens_per_example(shape["token_stats"], int(plan["hp"]["max_length"]))
     kind = expected_device(spec_device(wb))
+    load = load if load is not None else (current_load() or {})
+    factor, changes = _load_factors(wb, kind, load)
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     if history:
-        rates = [_rates(m, mean_tokens) for m in _at_usual_load(history)]
-        parts = _seconds(plan, {k: statistics.median(r[k] for r in rates) for k in rates[0]})
-        spread = range_spread([sum(_seconds(plan, r).values()) for r in rates])
-        low, high = sum(parts.values()) / spread, sum(parts.values()) * spread
+        # the model-size heuristic's cost of one token, for when past runs cannot tell it
+        per_token = info.parameters / catalogue.CPU_PARAM_TOKENS_PER_SECOND
+        unloaded = _calibrated(plan, history, tokens, per_token)
+        fit = unloaded.pop("fit")
+        train_point, train_low, train_high = unloaded["train"]
+        other = unloaded["evaluation"] + unloaded["checkpoints"] + unloaded["fixed"]
+        parts = {**unloaded, "train": train_point}
+        low = (train_low + other) / fit["spread"] * factor["low"]
+        high = (train_high + other) * fit["spread"] * factor["high"]
         basis = f"{len(history)} past run(s) of this model and task on this {kind.upper()}"
-        sureness = (f"based on {len(history)} past run{'s' if len(history) != 1 else ''}; "
-                    f"±{round((spread - 1) * 100)} %")
+        sureness = f"based on {len(history)} past run{'s' if len(history) != 1 else ''}"
     else:
-        train = catalogue.estimate_training(info.parameters, mean_tokens or DEFAULT_MEAN_TOKENS,
-                                            plan["examples_seen"], 1.0)["seconds"]
+        train = (catalogue.estimate_training(info.parameters, tokens or DEFAULT_MEAN_TOKENS,
+                                             plan["examples_seen"], 1.0)["seconds"]
+                 + plan["steps"] * info.parameters * HEURISTIC_STEP_SECONDS_PER_PARAMETER)
         per_example = train / max(plan["examples_seen"], 1)
         parts = {"train": train, "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1)
                  * per_example * EVAL_COST, "checkpoints": 0.0, "fixed": HEURISTIC_FIXED_SECONDS}
         total = sum(parts.values())
-        low, high = total * HEURISTIC_LOW, total * HEURISTIC_HIGH
+        low, high = total * HEURISTIC_LOW * factor["low"], total * HEURISTIC_HIGH * factor["high"]
         basis = "no finished run of this model and task on this machine yet: a rough guess from the model size"
         sureness = "rough guess: no past run; could be half or twice this"
+    parts = {k: v * factor["now"] for k, v in parts.items()}
     seconds = sum(parts.values())
-    return {"seconds": round(seconds, 1), "low": round(min(low, seconds), 1), "high": round(max(high, seconds), 1),
+    low, high = min(low, seconds), max(high, seconds)
+    if history:
+        sureness += f"; −{round((1 - low / seconds) * 100)} % / +{round((high / seconds - 1) * 100)} %"
+    sureness += _load_words(load, factor, changes)
+    return {"seconds": round(seconds, 1), "low": round(low, 1), "high": round(high, 1),
             "parts": {k: round(v, 1) for k, v in parts.items()}, "basis": basis, "sureness": sureness,
-            "calibrated": bool(history),
+            "calibrated": bool(history), "load": {k: round(v, 2) for k, v in load.items()},
             "runs": len(history), "device": kind, "examples_seen": plan["examples_seen"],
+            "tokens_per_example": round(tokens, 1) if tokens else None,
             "train_examples": plan["train_examples"], "evaluations": plan["evaluations"] + 1,
             "validation_examples": plan["validation_examples"], "epochs": plan.get("epochs", plan["hp"]["epochs"]),
             "steps": plan["steps"], "method": plan["method"], "why": plan["hp"]["why"], "hp": plan["hp"]}
 
 
-def _at_usual_load(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Past runs with their costs scaled from the load each was measured under to the median load of
-    those that recorded one: a run slowed down by other work on the machine counts as a normal one.
-    A load under 1 per CPU counts as 1 (an idle machine is no faster than a fully used one), and runs
-    from before loads were recorded stay as they are."""
-    loads = [_load(m) for m in history if _load(m) is not None]
-    if not loads:
-        return history
-    usual = max(1.0, statistics.median(loads))
-    scaled = []
-    for metrics in history:
-        load = _load(metrics)
-        factor = usual / max(1.0, load) if load is not None else 1.0
-        scaled.append({**metrics, "_load_factor": factor})
-    return scaled
+def _load_factors(wb: Workbench, kind: str, load: dict[str, float]) -> tuple[dict[str, float], list[float]]:
+    """The slowdowns (``now``, ``low``, ``high``) a run submitted now can expect on ``kind``, and the past
+    runs' load changes that widened them. The run shares the CPUs with what runs now, plus itself; a GPU
+    run hardly feels the load."""
+    if kind != "cpu" or not load:
+        return {"now": 1.0, "low": 1.0, "high": 1.0}, []
+    factor = {k: slowdown(load[k] + OWN_LOAD) for k in ("now", "low", "high")}
+    changes = load_changes(wb)
+    if changes:  # the load moves between submit and run as it did for the runs before: typically by their
+        # median (the 1-minute average at a submit still holds the run that just ended), at most by their ends
+        now = factor["now"]
+        factor["now"] = now * statistics.median(changes)
+        factor["low"] = min(factor["low"], now * min(changes))
+        factor["high"] = max(factor["high"], now * max(changes))
+    return factor, changes
 
 
-def _load(metrics: dict[str, Any]) -> Optional[float]:
-    """The machine's load per CPU while the run ran (``jobs.training.engine``), or None."""
-    load = (metrics.get("machine") or {}).get("load_per_cpu")
-    return float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else None
-
-
-def range_spread(totals: list[float]) -> float:
-    """How far (as a factor) the estimate may be off, from the past runs' totals for the new run: the
-    median distance of a total from the median one, on a log scale, so one outlier cannot widen it;
-    never under ``MIN_SPREAD``, nor under ``ONE_RUN_SPREAD`` with fewer than three runs."""
-    positive = [t for t in totals if t > 0]
-    if len(positive) < 2:
-        return ONE_RUN_SPREAD
-    middle = statistics.median(math.log(t) for t in positive)
-    spread = math.exp(statistics.median(abs(math.log(t) - middle) for t in positive))
-    return max(MIN_SPREAD if len(positive) >= 3 else ONE_RUN_SPREAD, spread)
+def _load_words(load: dict[str, float], factor: dict[str, float], changes: list[float]) -> str:
+    """``; machine load 2.0 per CPU now (…): 3.0× an idle machine's time; the load moved …``, or "" when
+    the load changes nothing."""
+    if factor["high"] <= 1.0:
+        return ""
+    words = (f"; machine load {load['now']:.1f} per CPU now ({load['low']:.1f}–{load['high']:.1f} over "
+             f"15 min): {factor['now']:.1f}× an idle machine's time")
+    if changes:
+        words += (f"; the load moved {min(changes):.1f}–{max(changes):.1f}× between submit and run for the "
+                  f"last {len(changes)} run{'s' if len(changes) != 1 else ''}")
+    return words
 
 
 def spec_device(wb: Workbench) -> str:

@@ -210,7 +210,7 @@ def start_estimate(wb, dataset_id: str | None, folds: Any, model: str | None, pr
             if est["workers"] > 1 else "one after another on one worker")
     return (f"About **{fmt.rough_duration(est['seconds'])}** for all {k} folds ({fmt.format_duration(est['low'])} – "
             f"{fmt.format_duration(est['high'])}): {k} fold runs of {fmt.estimate_range(fold)} each, training on "
-            f"{k - 1}/{k} of the examples; {side}. {fold.get('sureness', fold['basis']).capitalize()}.")
+            f"{k - 1}/{k} of the examples; {side}. {fmt.sentence_case(fold.get('sureness', fold['basis']))}.")
 
 
 @dataclasses.dataclass

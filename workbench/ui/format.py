@@ -628,6 +628,12 @@ def short_run_name(run: Mapping[str, Any]) -> str:
     return run_name(run)
 
 
+def sentence_case(text: str) -> str:
+    """``text`` with its first letter made a capital and the rest left alone (``str.capitalize`` would turn
+    "per CPU" into "per cpu")."""
+    return text[:1].upper() + text[1:]
+
+
 def rough_duration(seconds: float | None) -> str:
     """A time to plan with, not to the second: ``under a minute``, ``about 12 min``, ``about 2 h 05 min``."""
     if seconds is None or seconds != seconds or seconds < 0:

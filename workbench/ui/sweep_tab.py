@@ -205,7 +205,7 @@ def sweep_estimate(wb, base_json: str, n_trials: Any, parallelism: Any, pruner: 
     elif (pruner or "median") != "none":
         text += " No trial evaluates before its end, so pruning cannot stop one early."
     text += (f" {est['at_once']} at a time: done in {fmt.rough_duration(est['wall_seconds'])}. "
-             f"{trial.get('sureness', trial['basis']).capitalize()}.")
+             f"{fmt.sentence_case(trial.get('sureness', trial['basis']))}.")
     return text
 
 

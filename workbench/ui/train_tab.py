@@ -19,6 +19,7 @@ from workbench.services.specs import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, R
 from workbench.ui import format as fmt
 
 PRESETS = ("quick", "standard", "thorough")
+OUTLOOK_SECONDS = 5.0  # how often "If started now: …" is read again: a run ahead of it moves on
 PRESET_HELP = {
     "quick": f"1 epoch on at most {specs.QUICK_MAX_EXAMPLES:,} examples (a seeded sample) — a usable "
              f"first model in a fraction of standard's time; a small set gets at least "
@@ -191,14 +192,15 @@ def model_facts(wb, spec: RunSpec) -> str:
             f"{est['evaluations']} evaluation(s) {fmt.format_duration(parts['evaluation'])}, start-up and saving "
             f"{fmt.format_duration(parts['fixed'] + parts['checkpoints'])}; about {memory:,} MB of memory "
             f"(lr {est['hp']['learning_rate']:g}, batch {est['hp']['batch_size']}). Based on {est['basis']}.")
-        lines.append(queue_outlook(wb))
         lines.append(f"What the defaults chose: {est['why']}.")
         lines.extend(preset_lines(wb, spec))
     return "  \n".join(lines)
 
 
 def queue_outlook(wb) -> str:
-    """When a run submitted now would start: ``If started now: 2nd in line · starts after run 1, in …``."""
+    """When a run submitted now would start: ``If started now: 2nd in line · starts after run 1, in …``.
+    Read again at every tick of the form's timer (``OUTLOOK_SECONDS``): a run that starts, or runs on,
+    changes it while the form stays unchanged."""
     return f"If started now: {fmt.queue_text(runs_service.start_if_queued_now(wb))}."
 
 
@@ -275,6 +277,8 @@ def build(wb) -> TrainTab:
                                     scale=2)
                 name = gr.Textbox(label="Run name", placeholder="optional", elem_id="train-name")
             facts = gr.Markdown(elem_id="train-facts")
+            # its own box, read at page load and at every tick: it follows the queue, not the form's fields
+            outlook = gr.Markdown(lambda: queue_outlook(wb), elem_id="train-queue-outlook")
             preset = gr.Radio(list(PRESETS), value="standard", label="Preset", elem_id="train-preset",
                               info=" · ".join(f"{k}: {v}" for k, v in PRESET_HELP.items()))
             with gr.Accordion("Advanced hyper-parameters", open=False):
@@ -355,6 +359,8 @@ def build(wb) -> TrainTab:
     for field in (model, task, dataset, preset, method, lora_on, *advanced):
         field.change(on_facts, fields, [facts])
     submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
+    gr.Timer(OUTLOOK_SECONDS).tick(lambda: queue_outlook(wb), None, [outlook], show_progress="hidden")
+    submit_event.then(lambda: queue_outlook(wb), None, [outlook], show_progress="hidden")
 
     def on_load(*values):
         dataset_update = on_task(values[0], values[1])
