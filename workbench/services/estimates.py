@@ -42,6 +42,7 @@ from jobs.specs import hyperparameters
 from jobs.specs.run import RunSpec
 from jobs.training import catalogue
 from storage.context import Workbench
+from storage.datasets.split import validation_size
 from storage.models import KIND_TRAIN, SUCCEEDED, Dataset, Run
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,8 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
              shape: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What the run will do: examples seen in training, evaluations, checkpoints, validation examples."""
     info = catalogue.ModelInfo("x", "x", "x", 0, 0, 0, parameters)
-    if not n_validation:  # the engine holds out a tenth of the training records (at least 1) and trains on the rest
-        n_validation = max(1, n_train // 10)
+    if not n_validation:  # the engine holds out its validation split (jobs.training.data) and trains on the rest
+        n_validation = validation_size(n_train, 0.1)
         n_train = max(1, n_train - n_validation)
     method, why = plan_method(spec, n_train, shape)
     hp = hyperparameters.resolve_hyperparameters(spec, info, n_train, method, n_validation=n_validation)
