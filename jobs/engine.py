@@ -123,6 +123,18 @@ def validation_records(spec: RunSpec) -> list[dict]:
     return _split_validation(module.read(spec.data.train_path), spec.train.seed)[1]
 
 
+def training_records(spec: RunSpec, hp: dict) -> list[dict]:
+    """The records run ``spec`` trained on: its training file less the validation split it took (when it had no
+    validation file), then the seeded sample of ``max_train_examples`` from its resolved ``hp`` — what an
+    evaluation's baselines are fitted on."""
+    from jobs.tasks import task_module
+
+    train = task_module(spec.task, spec.train.objective).read(spec.data.train_path)
+    if not spec.data.validation_path:
+        train = _split_validation(train, spec.train.seed)[0]
+    return subsample(train, hp.get("max_train_examples"), hp.get("seed", spec.train.seed))
+
+
 def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
     """A seeded sample of at most ``cap`` records, kept in file order; all of them when they fit.
 
@@ -516,7 +528,8 @@ def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data,
                       if isinstance(v, (int, float)) and k not in FITTED_METRICS})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
-    metrics.update(assess_run(spec, data.train, data.validation, evaluation))
+    metrics.update(assess_run(spec, data.train, data.validation, evaluation, model_path=data.path,
+                              device=metrics.get("device", "cpu")))
     metrics["finish_seconds"] = round(time.perf_counter() - evaluated.started - evaluated.seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     write_outputs(output_dir, metrics, data.hp, evaluation)
@@ -526,20 +539,23 @@ def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data,
     return metrics
 
 
-def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation) -> dict:
+def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation, *,
+               model_path: Optional[str] = None, device: str = "cpu") -> dict:
     """Text classification: the baselines beside the run's score and the verdict (``jobs.baselines``);
-    nothing for other tasks. A baseline that fails is logged, never fails the run."""
+    nothing for other tasks. ``model_path`` is the model the run started from: its frozen embeddings are a
+    baseline too. A baseline that fails is logged, never fails the run."""
     if spec.task != "text-classification":
         return {}
     from jobs.baselines import assess
 
     try:
-        found = assess(train, validation, evaluation.metrics, evaluation.predictions)
+        found = assess(train, validation, evaluation.metrics, evaluation.predictions, model_path=model_path,
+                       device=device, seed=spec.train.seed)
     except Exception:  # noqa: BLE001 - the run's own result stands without its baselines
         log.exception("the baselines could not be fitted")
         return {}
     if found["verdict"]["message"]:
-        log.warning("%s", found["verdict"]["message"])
+        log.warning("this run %s", found["verdict"]["message"])
     log.info("baselines: %s", json.dumps(found["baselines"]))
     return found
 

@@ -99,6 +99,7 @@ def job_header(run: dict[str, Any], outputs: list[str]) -> str:
     if run.get("kind") == "evaluate" and status == "succeeded":  # the test-set score, with its interval
         metrics = run.get("metrics") or {}
         body += fmt.score_line_html(str(run.get("task", "")), metrics, "Test-set", metrics.get("rows"))
+        body += fmt.baseline_html(metrics)  # fitted on the run's training split, scored on this test set
     if outputs:
         names = ", ".join(f"<code>{fmt.html.escape(name)}</code>" for name in outputs)
         body += f"<p id='job-outputs'>Output: {names} — download from the Predict tab.</p>"
