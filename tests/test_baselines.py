@@ -81,7 +81,8 @@ def test_a_run_that_cannot_beat_the_majority_says_so_in_its_metrics_and_log(tmp_
     metrics = run_training(spec, tmp_path / "run", RecordingReporter())
     assert metrics["verdict"]["status"] == "did_not_learn", metrics["verdict"]
     assert "did not learn" in metrics["verdict"]["message"]
-    assert set(metrics["baselines"]) == {"majority", "tfidf_logreg"}
+    assert set(metrics["baselines"]) == {"majority", "tfidf_logreg", "frozen_embeddings"}
+    assert metrics["baselines"]["frozen_embeddings"]["examples"] == 40  # the run's own model, frozen
     assert "did not learn" in (tmp_path / "run" / "train.log").read_text()
 
 
@@ -95,7 +96,7 @@ def test_a_sweep_whose_trials_all_sit_at_the_baseline_says_no_trial_learned():
     assert sweep_verdict(stuck + [{"learned": "learned", "baseline": 0.633}]) == ""
     assert sweep_verdict([{"learned": "", "baseline": None}]) == ""  # nothing finished yet: no verdict
     below = sweep_verdict([{"learned": "below_baseline", "baseline": 0.8}] * 2)
-    assert "none of the 2 finished trial(s) beats the TF-IDF" in below
+    assert "none of the 2 finished trial(s) beats its baselines" in below
 
 
 def test_an_audit_compares_its_fold_models_with_baselines_on_the_same_folds():
@@ -111,3 +112,89 @@ def test_an_audit_compares_its_fold_models_with_baselines_on_the_same_folds():
     assert found["majority"] == pytest.approx(sum(r["label"] == "a" for r in records) / 90, abs=0.02)
     tags = {"task": "token-classification", "records": [], "fold": [], "given": np.array([0, 0, 0, 1])}
     assert held_out_baselines(tags) == {"majority": 0.75}
+
+
+# --- the frozen-embedding baseline, and better / level / worse by a paired test (issues 38 and 39) ----------
+
+def test_the_frozen_embedding_baseline_embeds_the_runs_own_model_capped_and_reads_pairs(tmp_path, monkeypatch):
+    from tests.tiny_models import classification_records, tiny_bert
+
+    from jobs.training.sentence_model import frozen_embedder, frozen_embeddings
+
+    model = str(tiny_bert(tmp_path / "tiny"))
+    monkeypatch.setattr(baselines, "FROZEN_MAX_TRAIN", 30)
+    found = baselines.fit_baselines(_records(60, 0), _records(20, 1), embed=frozen_embedder(model))
+    frozen = found["frozen_embeddings"]
+    assert (frozen["train_examples"], frozen["examples"]) == (30, 20) and frozen["seconds"] > 0
+    assert 0 <= frozen["accuracy"] <= 1 and "frozen embeddings + logistic regression" in baselines.summary(
+        {"baselines": found})
+    # a pair is embedded as the model reads it: the second text changes the embedding
+    single, pair = frozen_embeddings([{"text": "great film"}, {"text": "great film", "text_pair": "awful plot"}], model)
+    assert single.shape == (32,) and not (single == pair).all()
+    pairs = baselines.fit_baselines(classification_records(24, pair=True), classification_records(8, 1, pair=True),
+                                    embed=frozen_embedder(model))
+    assert pairs["frozen_embeddings"]["examples"] == 8
+    multi = baselines.fit_baselines(classification_records(24, multi_label=True),
+                                    classification_records(8, 1, multi_label=True), embed=frozen_embedder(model))
+    assert 0 <= multi["frozen_embeddings"]["f1_macro"] <= 1
+    # no model (the label audit's folds) or one that cannot load: the other baselines stand
+    assert set(baselines.fit_baselines(_records(20, 0), _records(10, 1))) == {"majority", "tfidf_logreg"}
+    assert set(baselines.fit_baselines(_records(20, 0), _records(10, 1), embed=frozen_embedder(str(tmp_path / "none")))) == {
+        "majority", "tfidf_logreg"}
+
+
+def test_a_run_that_ties_a_baseline_is_level_with_it_not_beating_it():
+    """Issue 39: 0.700 against TF-IDF's 0.700 was "beats the baselines" in Compare, with no ⚠ in the Runs table."""
+    train, validation = _records(200, 0, False, share_a=0.5), _records(100, 1, False, share_a=0.5)  # chance
+    fitted = baselines.fit(train, validation)
+    tfidf = fitted.predicted["tfidf_logreg"]
+    run = [fitted.labels[i] for i in tfidf]  # the run answers as TF-IDF does: the same score, a tie
+    fitted.scores["majority"]["accuracy"] = 0.0  # only the tie is judged here, not the majority class
+    baselines.compare_with_run(fitted, run)
+    accuracy = fitted.scores["tfidf_logreg"]["accuracy"]
+    assert fitted.scores["tfidf_logreg"]["paired"] == {"run": "level", "p_value": 1.0, "examples": 100,
+                                                       "run_only": 0, "baseline_only": 0}
+    found = baselines.verdict({"accuracy": accuracy}, {"tfidf_logreg": fitted.scores["tfidf_logreg"]},
+                              run, [r["label"] for r in validation])
+    assert found["status"] == "level_with_baseline" and found["baseline"] == "tfidf_logreg"
+    assert found["message"].startswith(f"is level with the TF-IDF + logistic regression baseline: no better on "
+                                       f"these examples (accuracy {accuracy:.3f} vs {accuracy:.3f}; McNemar")
+    metrics = {"accuracy": accuracy, "baselines": {"tfidf_logreg": fitted.scores["tfidf_logreg"]}, "verdict": found}
+    assert fmt.metric_cell("text-classification", metrics).startswith("⚠ accuracy")
+    assert baselines.verdict_cell(metrics).startswith("⚠ level with the TF-IDF")
+    assert "<b>⚠ This run is level with the TF-IDF" in fmt.baseline_html(metrics)
+
+
+def test_a_run_beats_or_falls_below_a_baseline_only_when_the_paired_test_says_so():
+    validation = _records(100, 1)
+    fitted = baselines.fit(_records(200, 0), validation)
+    gold = [r["label"] for r in validation]
+    baselines.compare_with_run(fitted, gold)  # always right: beats the majority class, level with TF-IDF's 1.0
+    assert fitted.scores["majority"]["paired"]["run"] == "better"
+    assert fitted.scores["majority"]["paired"]["p_value"] < 0.001
+    assert fitted.scores["tfidf_logreg"]["paired"]["run"] == "level"
+    wrong = [("b" if g == "a" else "a") if i < 8 else g for i, g in enumerate(gold)]  # 8 of 100 wrong
+    fitted = baselines.fit(_records(200, 0), validation)
+    baselines.compare_with_run(fitted, wrong)
+    assert fitted.scores["tfidf_logreg"]["paired"] == {"run": "worse", "p_value": 0.0078, "examples": 100,
+                                                       "run_only": 0, "baseline_only": 8}
+    found = baselines.verdict({"accuracy": 0.92}, fitted.scores, wrong, gold)
+    assert found["status"] == "below_baseline" and found["message"].startswith(
+        "is below the TF-IDF + logistic regression baseline (accuracy 0.920 vs 1.000; McNemar's exact test on the "
+        "same 100 examples: 0 only the run got right, 8 only the baseline, p = 0.008)")
+
+
+def test_a_run_stored_as_learned_before_the_paired_tests_is_judged_again_on_its_interval():
+    tie = {"accuracy": 0.7, "metrics_ci": {"accuracy": {"low": 0.61, "high": 0.79, "level": 0.95}},
+           "baselines": {"majority": {"accuracy": 0.5}, "tfidf_logreg": {"accuracy": 0.7}},
+           "verdict": {"status": "learned", "message": ""}}
+    assert baselines.status(tie) == "level_with_baseline"
+    assert baselines.verdict_cell(tie) == ("⚠ level with the TF-IDF + logistic regression baseline: no better on "
+                                           "these examples (accuracy 0.700 vs 0.700; inside the run's 95 % interval "
+                                           "0.610–0.790)")
+    clear = {**tie, "accuracy": 0.9, "metrics_ci": {"accuracy": {"low": 0.85, "high": 0.95}}}
+    assert baselines.status(clear) == "learned" and baselines.verdict_cell(clear) == "beats the baselines"
+    # a message stored before the sentences read after "This run": it gains its verb
+    old = {"baselines": tie["baselines"], "verdict": {"status": "below_baseline",
+                                                      "message": "below a TF-IDF + logistic regression baseline: x"}}
+    assert "⚠ This run is below a TF-IDF" in fmt.baseline_html(old)

@@ -124,6 +124,36 @@ def test_classification_on_its_validation_file_gives_the_runs_metrics(classifier
     assert not list((tmp_path / "eval").glob(".*.tmp"))
 
 
+def test_an_evaluation_shows_the_baselines_fitted_on_the_runs_training_split_and_scored_on_the_test_set(
+        classifier, tiny, tmp_path):
+    """Issue 39: majority class, TF-IDF and the frozen embeddings of the run's own model, on the test set too."""
+    import dataclasses
+
+    from workbench.ui import format as fmt
+
+    folder = classifier.folder.parent
+    run_spec = RunSpec(task="text-classification", model=str(tiny),
+                       data=DataSpec(train_path=str(folder / "train.jsonl"), validation_path=str(classifier.validation)),
+                       train=TrainSpec(epochs=12, learning_rate=3e-3, method="finetune"))
+    trained = Trained(classifier.folder, "text-classification", classifier.validation)
+    trained.ref = dataclasses.replace(classifier.ref, run_spec=run_spec.to_dict())
+    test = write_jsonl(tmp_path / "test.jsonl", three_class_records(30, 2))
+    metrics = _evaluate(trained, [test], tmp_path / "eval")
+    found = metrics["baselines"]
+    assert set(found) == {"majority", "tfidf_logreg", "frozen_embeddings"}
+    # fitted on the run's 72 training records (24 a class: the first, "pos", is the majority), scored on the 30
+    assert found["majority"]["accuracy"] == pytest.approx(10 / 30, abs=1e-4)
+    assert found["tfidf_logreg"]["accuracy"] == 1.0 and found["tfidf_logreg"]["paired"]["examples"] == 30
+    assert (found["frozen_embeddings"]["train_examples"], found["frozen_embeddings"]["examples"]) == (72, 30)
+    assert metrics["verdict"]["status"] in ("learned", "level_with_baseline", "below_baseline", "did_not_learn")
+    saved, _tables, _rows = _written(tmp_path / "eval")
+    assert saved["baselines"] == found and saved["verdict"] == metrics["verdict"]
+    assert "Baselines on the same test set (fitted on the run's training split): majority class 0.333" in \
+        fmt.baseline_html(saved)
+    # no training data to fit them on (a job queued before, or the run's data deleted): no baselines
+    assert "baselines" not in _evaluate(classifier, [test], tmp_path / "bare")
+
+
 def test_a_test_set_is_scored_with_the_runs_stored_temperature_not_a_refitted_one(classifier, tmp_path):
     from jobs.evaluation import calibration as cal
     from jobs.evaluation.postprocess import CALIBRATION_FILE

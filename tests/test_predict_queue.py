@@ -185,6 +185,8 @@ def test_evaluations_store_metrics_per_test_set(qwb, tmp_path):
     drain(qwb, jobs, job_id)
     dataset_id = predictions.get_job(qwb, job_id)["dataset_id"]
     assert jobs.calls[0]["records"] == [str(datasets.dataset_files(qwb, dataset_id)[0])]
+    # the model run's spec, its data resolved: the test set's baselines are fitted on its training split
+    assert Path(jobs.calls[0]["model"].run_spec["data"]["train_path"]).is_file()
     assert datasets.get_dataset(qwb, dataset_id).validation == 0  # the whole file is the test set
     job = predictions.get_job(qwb, job_id)
     assert job["status"] == SUCCEEDED and job["metrics"] == {"accuracy": 1.0, "examples": 20}

@@ -96,8 +96,8 @@ def test_setfit_run_end_to_end_on_a_tiny_sentence_model(tmp_path):
     metrics = run_training(spec, out, reporter)
     assert metrics["method"] == "setfit" and metrics["steps"] == 6
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["samples_per_second"] > 0
-    assert set(metrics["baselines"]) == {"majority", "tfidf_logreg"}
-    assert metrics["verdict"]["status"] in ("learned", "below_baseline", "did_not_learn")
+    assert set(metrics["baselines"]) == {"majority", "tfidf_logreg", "frozen_embeddings"}
+    assert metrics["verdict"]["status"] in ("learned", "below_baseline", "level_with_baseline", "did_not_learn")
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["hyperparameters"]["method"] == "setfit" and "SetFit" in saved["hyperparameters"]["why"]
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 12

@@ -81,10 +81,37 @@ def run_evaluation(spec: PredictSpec, model: ModelRef, records_paths: Sequence[s
                "rows_per_second": round(len(records) / max(seconds, 1e-9), 2), "test_set": spec.dataset_id,
                "model_run": model.run_id, "device": device, "batch_size": batch_size}
     metrics.update(test_set_facts(model, records, records_paths, hp))  # repeated rows, rows cut to max length
+    metrics.update(test_set_baselines(model, records, evaluation, device))
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     write_evaluation(output_dir, metrics, hp, evaluation)
     log.info("evaluation finished: %s", json.dumps(evaluation.metrics))
     return metrics
+
+
+def test_set_baselines(model: ModelRef, records: list[dict], evaluation, device: str) -> dict:
+    """Text classification: the baselines (``jobs.evaluation.baselines``: majority class, TF-IDF and the frozen embeddings of
+    the run's starting model) fitted on the run's training split and scored on the test set, and the verdict on
+    the same examples; ``{}`` for other tasks and where the run's training data is gone. A baseline that fails
+    is logged: the evaluation stands without it."""
+    if model.task != "text-classification" or not model.run_spec:
+        return {}
+    from jobs.evaluation.baselines import assess
+    from jobs.specs.run import RunSpec
+    from jobs.training import catalogue
+    from jobs.training.data import training_records
+    from jobs.training.sentence_model import frozen_embedder
+
+    try:
+        run_spec = RunSpec.from_dict(model.run_spec)
+        train = training_records(run_spec, dict(model.hyperparameters or {}))
+        path = catalogue.load_path(catalogue.resolve_model(run_spec.model))
+        found = assess(train, records, evaluation.metrics, evaluation.predictions,
+                       embed=frozen_embedder(path, device), seed=run_spec.train.seed)
+    except Exception:  # noqa: BLE001 - the evaluation's own scores stand without baselines
+        log.exception("the baselines could not be fitted on run %s's training split", model.run_id)
+        return {}
+    log.info("baselines on the test set: %s", json.dumps(found["baselines"]))
+    return found
 
 
 def read_test_set(module, records_paths: Sequence[str | Path]) -> tuple[list[dict], list[tuple[str, int]]]:

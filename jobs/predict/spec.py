@@ -103,3 +103,6 @@ class ModelRef:
     labels: tuple[str, ...] = ()  # the class or tag names, in the model's order (config.id2label)
     # the ``onnx/`` folder of the run's newest succeeded export (jobs.export.runtime.latest_onnx_dir); None: none
     onnx_dir: Optional[str] = None
+    # evaluate: the model run's spec with its data files resolved (``RunSpec.to_dict``), so the test set gets the
+    # baselines fitted on the run's training split; None where the run's data is gone (no baselines then)
+    run_spec: Optional[dict[str, Any]] = None

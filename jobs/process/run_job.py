@@ -37,7 +37,7 @@ from jobs.queue.states import ACTIVE
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
-from storage.errors import TrainingError
+from storage.errors import TrainingError, WorkbenchError
 from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, PRUNED,
                             SUCCEEDED, Artifact, MetricPoint, Run)
 from storage.settings import Settings
@@ -336,6 +336,7 @@ def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: 
             records = [str(path) for path in dataset_files(wb.db, spec.dataset_id or "") if path is not None]
             log.info("run %s attempt %s: evaluating run %s on dataset %s", run_id, attempt, spec.run_id,
                      spec.dataset_id)
+            model = dataclasses.replace(model, run_spec=_training_of(wb, spec.run_id))
             result = work[kind](spec, model, records, output_dir, reporter, device=device)
     except Cancelled:
         return _stopped(wb, run_id, attempt, reporter)
@@ -355,6 +356,16 @@ def _model_run_spec(wb: Workbench, run_id: int) -> RunSpec:
         raise TrainingError(f"run {run_id}, whose model this job exports, no longer exists (it was deleted)",
                             "export another run")
     return resolve_spec(wb, RunSpec.from_dict(dict(raw)))[0]
+
+
+def _training_of(wb: Workbench, run_id: int) -> Optional[dict[str, Any]]:
+    """The model run's resolved spec, for an evaluation's baselines on its training split; None (the evaluation
+    goes on without baselines) when the run's training data can no longer be found."""
+    try:
+        return _model_run_spec(wb, run_id).to_dict()
+    except WorkbenchError as exc:
+        log.warning("no baselines for this evaluation: the training data of run %s cannot be read (%s)", run_id, exc)
+        return None
 
 
 def resolve_model(wb: Workbench, run_id: int) -> ModelRef:

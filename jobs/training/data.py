@@ -47,3 +47,15 @@ def subsample(records: list[dict], cap: int | None, seed: int) -> list[dict]:
         return records
     chosen = sorted(random.Random(seed).sample(range(len(records)), cap))
     return [records[i] for i in chosen]
+
+
+def training_records(spec: RunSpec, hp: dict) -> list[dict]:
+    """The records run ``spec`` trained on: its training file less the validation split it took (when it had no
+    validation file), then the seeded sample of ``max_train_examples`` from its resolved ``hp`` — what an
+    evaluation's baselines are fitted on."""
+    from jobs.tasks import task_module
+
+    train = task_module(spec.task, spec.train.objective).read(spec.data.train_path)
+    if not spec.data.validation_path:
+        train = split_validation(train, spec.train.seed)[0]
+    return subsample(train, hp.get("max_train_examples"), hp.get("seed", spec.train.seed))

@@ -418,7 +418,8 @@ def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data,
                       if isinstance(v, (int, float)) and k not in FITTED_METRICS})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
-    metrics.update(assess_run(spec, data.train, data.validation, evaluation))
+    metrics.update(assess_run(spec, data.train, data.validation, evaluation, model_path=data.path,
+                              device=metrics.get("device", "cpu")))
     metrics["finish_seconds"] = round(time.perf_counter() - evaluated.started - evaluated.seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     write_outputs(output_dir, metrics, data.hp, evaluation)

@@ -13,6 +13,7 @@ import json
 import logging
 import resource
 from pathlib import Path
+from typing import Optional
 
 from jobs.specs.run import RunSpec
 
@@ -25,20 +26,25 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation) -> dict:
+def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation, *,
+               model_path: Optional[str] = None, device: str = "cpu") -> dict:
     """Text classification: the baselines beside the run's score and the verdict (``jobs.evaluation.baselines``);
-    nothing for other tasks. A baseline that fails is logged, never fails the run."""
+    nothing for other tasks. ``model_path`` is the model the run started from: its frozen embeddings are a
+    baseline too. A baseline that fails is logged, never fails the run."""
     if spec.task != "text-classification":
         return {}
     from jobs.evaluation.baselines import assess
+    from jobs.training.sentence_model import frozen_embedder
 
     try:
-        found = assess(train, validation, evaluation.metrics, evaluation.predictions)
+        embed = frozen_embedder(model_path, device) if model_path else None
+        found = assess(train, validation, evaluation.metrics, evaluation.predictions, embed=embed,
+                       seed=spec.train.seed)
     except Exception:  # noqa: BLE001 - the run's own result stands without its baselines
         log.exception("the baselines could not be fitted")
         return {}
     if found["verdict"]["message"]:
-        log.warning("%s", found["verdict"]["message"])
+        log.warning("this run %s", found["verdict"]["message"])
     log.info("baselines: %s", json.dumps(found["baselines"]))
     return found
 

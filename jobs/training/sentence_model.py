@@ -10,9 +10,10 @@ use any run's model.
 from __future__ import annotations
 
 import json
+import functools
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -222,3 +223,43 @@ def predict_logits(model, tokenizer, texts: Sequence[str], max_length: int, batc
     return out
 
 
+def frozen_embeddings(records: Sequence[Mapping[str, Any]], model_path: str, device: str = "cpu") -> np.ndarray:
+    """Frozen sentence embeddings of ``records`` (one row each) from the encoder in ``model_path``.
+
+    A text pair is read as the model reads it (both texts in one input). Pooled as the model's
+    sentence-transformers layout says (mean or [CLS]); any other encoder by the masked mean, which gives a
+    plain BERT far better sentence features than its untrained [CLS] state. Longest texts first, so each
+    batch pads little.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from jobs.evaluation.baselines import FROZEN_BATCH, FROZEN_MAX_LENGTH
+    from storage.errors import TrainingError
+
+    try:
+        mode = (sentence_layout(model_path) or ("mean", False))[0]
+    except TrainingError:  # a pooling SetFit does not support: the masked mean still gives features
+        mode = "mean"
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path).to(device).eval()
+    order = sorted(range(len(records)), key=lambda i: -len(str(records[i].get("text", "")) + str(records[i].get("text_pair") or "")))
+    out: Optional[np.ndarray] = None
+    with torch.inference_mode():
+        for start in range(0, len(order), FROZEN_BATCH):
+            chunk = order[start:start + FROZEN_BATCH]
+            texts = [str(records[i]["text"]) for i in chunk]
+            pairs = [records[i].get("text_pair") for i in chunk]
+            encoded = tokenizer(texts, [str(p or "") for p in pairs] if any(pairs) else None, padding=True,
+                                truncation=True, max_length=FROZEN_MAX_LENGTH, return_tensors="pt").to(device)
+            pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode)
+            if out is None:
+                out = np.zeros((len(records), pooled.shape[-1]), dtype=np.float32)
+            out[chunk] = pooled.float().cpu().numpy()
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def frozen_embedder(model_path: str, device: str = "cpu") -> Callable[[Sequence[Mapping[str, Any]]], np.ndarray]:
+    """``frozen_embeddings`` of the model in ``model_path``, as the baselines take it
+    (``jobs.evaluation.baselines.fit``'s ``embed``)."""
+    return functools.partial(frozen_embeddings, model_path=model_path, device=device)

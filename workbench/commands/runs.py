@@ -31,7 +31,8 @@ def _format_row(run: dict) -> str:
                         if isinstance(values.get(k), (int, float)))
     best = baselines.best(values)
     if metrics and best is not None:
-        mark = " (did not learn)" if baselines.status(values) == baselines.DID_NOT_LEARN else ""
+        mark = {baselines.DID_NOT_LEARN: " (did not learn)", baselines.BELOW_BASELINE: " (below a baseline)",
+                baselines.LEVEL_WITH_BASELINE: " (level with a baseline)"}.get(baselines.status(values), "")
         metrics += f" (baseline {best:.4g}){mark}"
     progress = f"{run['progress'] * 100:5.1f}%"
     phase = fmt.phase_text(run)
@@ -91,7 +92,8 @@ def show(run_id: int = id_argument("run"),
     lines += [f"  {k}: {v}{_interval_text(intervals.get(k))}" for k, v in sorted(run["metrics"].items())
               if k not in ("baselines", "verdict", "metrics_ci")]
     if baselines.summary(run["metrics"]):
-        lines.append(f"baselines on the same validation split: {baselines.summary(run['metrics'])}")
+        where = "test set" if run["metrics"].get("test_set") else "validation split"
+        lines.append(f"baselines on the same {where}: {baselines.summary(run['metrics'])}")
     if baselines.warning(run["metrics"]):
         lines.append(f"warning: this run {baselines.warning(run['metrics'])}")
     if run["error"]:

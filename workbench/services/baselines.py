@@ -3,7 +3,9 @@
 it recorded)."""
 from __future__ import annotations
 
-from jobs.evaluation.baselines import BELOW_BASELINE, DID_NOT_LEARN, NAMES, best, status, summary, warning
+from jobs.evaluation.baselines import (BELOW_BASELINE, DID_NOT_LEARN, LEVEL_WITH_BASELINE, NAMES, WARNED, best, status,
+                                       summary, verdict_cell, warning)
 from jobs.evaluation.calibration import too_few_to_calibrate
 
-__all__ = ["BELOW_BASELINE", "DID_NOT_LEARN", "NAMES", "best", "status", "summary", "too_few_to_calibrate", "warning"]
+__all__ = ["BELOW_BASELINE", "DID_NOT_LEARN", "LEVEL_WITH_BASELINE", "NAMES", "WARNED", "best", "status", "summary",
+           "too_few_to_calibrate", "verdict_cell", "warning"]

@@ -164,7 +164,8 @@ def get_run(wb: Workbench, run_id: int) -> dict[str, Any]:
 
 
 def learned_warning(wb: Workbench, run_id: int) -> str:
-    """"did not learn: …" / "below a TF-IDF … baseline: …" for a run that did not beat its baselines, else ""
+    """"did not learn: …" / "is below the … baseline …" / "is level with the … baseline …" for a run that did not
+    beat its baselines, else ""
     (said before a playground is published, and in every view of the run's score)."""
     with wb.db.session() as session:
         run = _require(session, run_id)

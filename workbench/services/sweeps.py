@@ -101,8 +101,8 @@ def sweep_verdict(rows: list[dict[str, Any]]) -> str:
     stuck = sum(r["learned"] == baselines.DID_NOT_LEARN for r in judged)
     top = max((r["baseline"] for r in judged if r.get("baseline") is not None), default=None)
     what = (f"{stuck} of {len(judged)} finished trial(s) did not learn (majority class or one label) and "
-            "none beats the baselines" if stuck else f"none of the {len(judged)} finished trial(s) beats the "
-                                                     "TF-IDF + logistic regression baseline")
+            "none beats the baselines" if stuck else f"none of the {len(judged)} finished trial(s) beats its "
+                                                     "baselines (each is below or level with one)")
     return (f"No trial learned: {what}" + (f" (best baseline {top:.3f})" if top is not None else "")
             + ". Try more epochs (or leave epochs automatic), a learning-rate range from 5e-5 up, the SetFit "
               "method for few examples per class, or more labelled data.")

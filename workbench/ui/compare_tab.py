@@ -56,8 +56,7 @@ def compare(wb, run_ids: list[int]) -> Comparison:
                              fmt.model_name(r.get("model")), fmt.dataset_label(r),
                              *[metric_cell(r.get("metrics"), k) for k in metric_keys],
                              baselines.summary(r.get("metrics")) or fmt.MISSING,
-                             baselines.warning(r.get("metrics")) or ("beats the baselines"
-                                                                     if baselines.summary(r.get("metrics")) else fmt.MISSING)]
+                             baselines.verdict_cell(r.get("metrics")) or fmt.MISSING]
                             for i, (label, r) in enumerate(zip(labels, runs))],
                            columns=["Run", *params, "Status", "Model", "Dataset", *metric_keys,
                                     "Baselines (same split)", "Verdict"])

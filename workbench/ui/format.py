@@ -124,7 +124,7 @@ def metric_cell(task: str, metrics: Mapping[str, Any] | None) -> str:
     best = baselines.best(metrics)
     if text == MISSING or best is None:
         return text
-    mark = "⚠ " if baselines.status(metrics) in (baselines.DID_NOT_LEARN, baselines.BELOW_BASELINE) else ""
+    mark = "⚠ " if baselines.status(metrics) in baselines.WARNED else ""
     return f"{mark}{text} (baseline {best:.3f})"
 
 
@@ -140,12 +140,14 @@ def calibration_note_html(metrics: Mapping[str, Any] | None) -> str:
 
 
 def baseline_html(metrics: Mapping[str, Any] | None) -> str:
-    """The run header's lines: the baselines on the same split, and the verdict when the run did not beat them."""
+    """The run header's lines: the baselines on the same split (an evaluation's: fitted on the run's training
+    split, scored on the test set), and the verdict when the run did not beat them."""
     line = baselines.summary(metrics)
     if not line:
         return ""
-    out = (f"<p class='wb-muted' id='run-baselines'>Baselines on the same validation split: "
-           f"{html.escape(line)}</p>")
+    where = "the same test set (fitted on the run's training split)" if (metrics or {}).get("test_set") \
+        else "the same validation split"
+    out = f"<p class='wb-muted' id='run-baselines'>Baselines on {where}: {html.escape(line)}</p>"
     warning = baselines.warning(metrics)
     if warning:
         out += f"<div class='wb-error' id='run-verdict'><b>⚠ This run {html.escape(warning)}</b></div>"
@@ -570,7 +572,7 @@ def readable_metric_rows(metrics: Mapping[str, Any] | None) -> list[list[Any]]:
                 rows.append([f"Baseline: {baselines.NAMES.get(name, name)} — {score_name}",
                              format_metric(scores[score])])
     if baselines.status(metrics):
-        rows.append(["Verdict", baselines.warning(metrics) or "beats the baselines"])
+        rows.append(["Verdict", baselines.verdict_cell(metrics)])
     rows += [[name, _readable_value(key, metrics[key])] for key, name in COST_NAMES.items()
              if metrics.get(key) is not None]
     return rows

@@ -105,6 +105,7 @@ def job_header(run: dict[str, Any], outputs: list[str]) -> str:
         facts = fmt.test_set_facts_text(metrics)
         if facts:  # what was scored: repeated rows kept or dropped, rows cut to the max length
             body += f"<p class='wb-muted' id='job-test-set'>{fmt.html.escape(facts)}</p>"
+        body += fmt.baseline_html(metrics)  # fitted on the run's training split, scored on this test set
     if outputs:
         names = ", ".join(f"<code>{fmt.html.escape(name)}</code>" for name in outputs)
         body += f"<p id='job-outputs'>Output: {names} — download from the Predict tab.</p>"
