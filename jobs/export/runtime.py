@@ -169,7 +169,7 @@ def model_config(model_dir: str | Path):
     from transformers import AutoConfig
 
     from jobs.training.sentence_model import is_setfit_model
-    from jobs.training.setfit import CONFIG_FILE
+    from jobs.training.sentence_model import CONFIG_FILE
 
     config = AutoConfig.from_pretrained(str(model_dir))
     if is_setfit_model(model_dir):

@@ -54,12 +54,14 @@ SPLIT_SPREAD = 1.5  # tokens per step must differ by half between past runs to t
 OWN_LOAD = 1.0  # a training run keeps every CPU busy (torch's threads default to the cores): 1 per CPU
 PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
 HEURISTIC_LOW, HEURISTIC_HIGH = 0.5, 2.0  # the uncalibrated heuristic is off by up to 2x either way
-HEURISTIC_FIXED_SECONDS = 15.0  # loading the model and tokenizing, before any history exists
+HEURISTIC_FIXED_SECONDS = 20.0  # loading the model, the baselines, writing the outputs
 # A step costs more than its tokens: the optimiser's update of every weight and the embedding matrix's
-# dense gradient. Measured with MiniLM (22.7M parameters) on this 2-CPU machine: 12.4 s a step of 8
-# 24-token messages at a weighted load of 2.3 per CPU, about 4 s on an idle machine (bench/estimates.py);
-# the tokens' own cost (parameters × tokens / 1.7e10) is 0.3 s of it.
-HEURISTIC_STEP_SECONDS_PER_PARAMETER = 1.5e-7
+# dense gradient. Measured with MiniLM (22.7M parameters) on this 2-CPU machine with nothing else running
+# (2026-12-04, 300 SMS messages, batch 8): 406 steps in 126 s of training and 129 s in all, where the
+# tokens' cost (parameters x tokens / 1.7e10, jobs.training.catalogue) comes to 103 s: the rest is 0.06 s a
+# step. An earlier figure of 1.5e-7 had been fitted on runs of 3-7 steps, whose time was nearly all fixed
+# cost, and put a 400-step first run at 23 minutes.
+HEURISTIC_STEP_SECONDS_PER_PARAMETER = 2.5e-9
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step (forward + backward)
 DEFAULT_MEAN_TOKENS = 32.0
 
