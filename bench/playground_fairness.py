@@ -21,7 +21,6 @@ import argparse
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.playground_memory import free_port, long_text, prepare, wait_ready  # noqa: E402
+from bench.playground_memory import free_port, long_text, prepare, stop_server, wait_ready  # noqa: E402
 
 HEAVY_ADDRESS = "127.0.0.2"
 MODES = {"bounded": {}, "unbounded": {"WORKBENCH_PLAYGROUND_MAX_IN_FLIGHT": "0",
@@ -130,12 +129,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict:
             wait_ready(base, process)
             result = hammer(base, slug, args)
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
+            stop_server(process)
     return {"mode": mode, "server_env": MODES[mode], **result}
 
 

@@ -88,6 +88,16 @@ def start_server(home: Path, port: int, log_path: Path) -> subprocess.Popen:
                                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def stop_server(process: subprocess.Popen) -> None:
+    """End the server started in its own process group: SIGTERM, then SIGKILL after 30 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def wait_ready(base: str, process: subprocess.Popen, timeout_s: float = 180) -> None:
     import httpx
 
@@ -237,12 +247,7 @@ def main() -> None:
             wait_ready(base, process)
             results = load(base, slug, process, args)
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
+            stop_server(process)
             server_log = log_path.read_text(errors="replace").splitlines()
     results["server_log_tail"] = server_log[-15:]
     results["code"] = str(ROOT)

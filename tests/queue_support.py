@@ -108,3 +108,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float, step: Callable[[],
             return True
         time.sleep(interval)
     return False
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return True

@@ -23,7 +23,7 @@ from jobs.process.fake_runner import fake_subprocess_runner
 from jobs.queue.worker import Worker
 from storage.models import FAILED, KIND_TRAIN, QUEUED, RUNNING, SHORT_KINDS, SUCCEEDED, Run, utcnow
 from tests.predict_support import reviews_csv, trained_run
-from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
+from tests.queue_support import alive, fake_spec, qwb, wait_until  # noqa: F401
 from workbench.services import predictions, runs
 
 # The lane's claim is the worker's next iteration (0.5 s apart while it is busy); a second is ample for one
@@ -34,18 +34,6 @@ STARTS_WITHIN_S = 2.0
 def _run(wb, run_id) -> Run:
     with wb.db.session() as session:
         return session.get(Run, run_id)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def test_the_lane_claim_takes_only_short_jobs_in_claim_order(qwb):
@@ -114,7 +102,7 @@ def test_kill_9_of_a_worker_with_a_lane_job_then_a_new_worker_resumes_both(qwb, 
         worker_process.wait(10)
     finally:
         worker_process.kill()
-    assert wait_until(lambda: not any(_alive(pid) for pid in children), timeout=10), "a child outlived its worker"
+    assert wait_until(lambda: not any(alive(pid) for pid in children), timeout=10), "a child outlived its worker"
     assert (_run(qwb, training).status, _run(qwb, job).status) == (RUNNING, RUNNING)  # nobody has noticed yet
     os.environ["FAKE_RUNNER_LOG"] = str(log)
     try:

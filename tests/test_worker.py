@@ -21,7 +21,7 @@ from jobs.queue.runner import Launch, SubprocessRunner
 from jobs.queue.worker import Worker, detect_gpus
 from jobs.specs.run import TrainSpec
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Run, utcnow
-from tests.queue_support import fake_spec, qwb, wait_until  # noqa: F401
+from tests.queue_support import alive, fake_spec, qwb, wait_until  # noqa: F401
 from workbench.services import runs
 
 
@@ -36,19 +36,6 @@ def _submit(wb, model, **kw):
 
 def _finished(wb, *ids):
     return lambda: all(_run(wb, i).status in (SUCCEEDED, FAILED, CANCELLED) for i in ids)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def test_segfaulting_run_fails_with_a_sentence_and_the_worker_goes_on(qwb):
@@ -106,11 +93,11 @@ def test_a_run_that_ignores_cancel_is_killed_after_the_timeout(qwb):
     runs.cancel_run(qwb, run_id)
     t0 = utcnow()
     worker.loop_once(now=t0)  # sees the cancel
-    assert _alive(pid)
+    assert alive(pid)
     worker.loop_once(now=t0 + dt.timedelta(seconds=qwb.settings.cancel_timeout_seconds + 1))  # kills it
     assert wait_until(_finished(qwb, run_id), timeout=10, step=worker.loop_once)
     assert _run(qwb, run_id).status == CANCELLED
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_dead_workers_run_is_resumed_by_another_worker(qwb):
@@ -228,7 +215,7 @@ def test_kill_9_of_the_worker_process_then_a_new_worker_resumes(qwb, tmp_path):
         worker_process.wait(10)
     finally:
         worker_process.kill()
-    assert wait_until(lambda: not _alive(child), timeout=10), "the training child outlived its worker"
+    assert wait_until(lambda: not alive(child), timeout=10), "the training child outlived its worker"
     assert _run(qwb, run_id).status == RUNNING  # nobody has noticed yet
     os.environ["FAKE_RUNNER_LOG"] = str(log)
     try:
