@@ -12,23 +12,23 @@ from pathlib import Path
 
 import pytest
 
-import jobs.queue.worker
 from storage.models import FAILED, QUEUED, RUNNING, SUCCEEDED
 from tests.predict_support import JobRunner, Jobs, labelled_jsonl, reviews_csv, trained_run
 from tests.tiny_models import classification_records, tiny_bert, write_jsonl
 from workbench.services import datasets, predictions, runs
+from workbench.services import workers as workers_service
 
 
 @pytest.fixture
 def in_process_jobs(monkeypatch):
     """The worker that `--wait` starts when none is alive runs its job with ``Jobs`` functions."""
     work = Jobs()
-    real = jobs.queue.worker.start_embedded_worker
+    real = workers_service.start_embedded_worker  # the seam the CLI's --wait starts a worker through
 
     def start(wb, runner=None, **kwargs):
         return real(wb, JobRunner(wb, work), **kwargs)
 
-    monkeypatch.setattr(jobs.queue.worker, "start_embedded_worker", start)
+    monkeypatch.setattr(workers_service, "start_embedded_worker", start)
     return work
 
 

@@ -277,12 +277,12 @@ def test_a_real_model_trained_on_payload_labels_writes_them_escaped(tmp_path):
 
 def test_the_cli_output_and_the_ui_download_are_escaped(cli, wb, tmp_path, monkeypatch):
     """``workbench predict --output`` copies the job's CSV and the Predict tab offers the same file: both escaped."""
-    import jobs.queue.worker
     from tests.predict_support import JobRunner, Jobs, trained_run
+    from workbench.services import workers as workers_service
     from workbench.ui import predict_panel
 
-    real = jobs.queue.worker.start_embedded_worker
-    monkeypatch.setattr(jobs.queue.worker, "start_embedded_worker",
+    real = workers_service.start_embedded_worker  # the seam the CLI's --wait starts a worker through
+    monkeypatch.setattr(workers_service, "start_embedded_worker",
                         lambda wb_, runner=None, **kw: real(wb_, JobRunner(wb_, Jobs()), **kw))
     source, expected = _input(tmp_path, "jsonl")
     target = tmp_path / "out" / "labelled.csv"

@@ -91,6 +91,11 @@ def test_two_tiny_runs_get_intervals_and_compare(cli, wb, tmp_path):
     a, b, elsewhere = (run["id"] for run in finished)
     for run in finished:
         assert run["status"] == SUCCEEDED
+        # metrics_ci is missing only when saving the outcomes raised (logged in the run's train.log); failed once
+        # in a clean-clone run on a busy machine and not reproduced, so the log is what the failure shows
+        if "metrics_ci" not in run["metrics"]:
+            log = Path(run["output_dir"], "train.log")
+            pytest.fail(log.read_text(errors="replace")[-3000:] if log.is_file() else f"no {log}")
         interval = run["metrics"]["metrics_ci"]["accuracy"]
         assert interval["low"] <= run["metrics"]["accuracy"] <= interval["high"]
         assert (interval["resamples"], interval["level"]) == (1000, 0.95)

@@ -213,4 +213,4 @@ def test_run_header_and_table_put_the_baselines_beside_the_score(wb):
     assert rows[0][6] == "⚠ accuracy 0.6330 (baseline 0.710)"
     assert runs_service.learned_warning(wb, run_id).startswith("did not learn")
     table = compare_tab.compare(wb, [run_id]).metrics
-    assert table["Verdict"][0].startswith("did not learn") and "TF-IDF" in table["Baselines (same split)"][0]
+    assert table["Verdict"][0].startswith("⚠ did not learn") and "TF-IDF" in table["Baselines (same split)"][0]
