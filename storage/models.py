@@ -1,5 +1,5 @@
 """SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds, sweeps,
-label audits.
+label audits, labelling projects.
 
 The schema is created and upgraded only through the Alembic migrations in
 ``storage/migrations``; a change here needs a new revision there.
@@ -41,10 +41,15 @@ SWEEP_STATES = (SWEEP_RUNNING, SWEEP_CANCELLING, SWEEP_FINISHED, SWEEP_CANCELLED
 # to ONNX (a jobs.export.spec.ExportSpec, the same parent link). All go through the same queue, leases,
 # cancel and crash resume.
 KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT = "train", "predict", "evaluate", "export"
-RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
+# A labelling project's background work (jobs.labelling): embed the pool's texts with the frozen encoder
+# (once, then the texts added later), and refit the fast model on the labels given so far and rank the pool again.
+# Their spec names the project (``{"project_id": N, ...}``), as does ``Run.label_project_id``.
+KIND_LABEL_EMBED, KIND_LABEL_REFIT = "label-embed", "label-refit"
+RUN_KINDS = (KIND_TRAIN, KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT, KIND_LABEL_EMBED, KIND_LABEL_REFIT)
+LABEL_KINDS = (KIND_LABEL_EMBED, KIND_LABEL_REFIT)
 # The kinds a worker's short-job lane takes beside its training runs (jobs.queue.worker, docs/runs-and-queue.md):
 # minutes where a training run takes hours, and none of them has a time estimate to sort by instead.
-SHORT_KINDS = (KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT)
+SHORT_KINDS = (KIND_PREDICT, KIND_EVALUATE, KIND_EXPORT, KIND_LABEL_EMBED, KIND_LABEL_REFIT)
 
 
 class Dataset(Base):
@@ -131,6 +136,10 @@ class Run(Base):
     # of each member's ``train.seed``. The unique index refuses the same seed twice in one group.
     seed_group: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     group_seed: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # A labelling project's job (LABEL_KINDS), or a run trained from a project's labels (its hand-off run).
+    label_project_id: Mapped[Optional[int]] = mapped_column(
+        ForeignKey("label_projects.id", ondelete="SET NULL", name="fk_runs_label_project_id"), nullable=True,
+        index=True)
 
     dataset: Mapped[Optional[Dataset]] = relationship()
     points: Mapped[list["MetricPoint"]] = relationship(
@@ -281,3 +290,145 @@ class AuditDecision(Base):
     action: Mapped[str] = mapped_column(String(16))
     label: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)  # a class name, or a tag list
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+
+
+# Labelling projects (workbench.services.labelling, jobs.labelling). What to ask next: margin on the calibrated
+# scores taken from distinct clusters (the default), entropy, random, or one item a cluster (clusters only).
+STRATEGY_MARGIN, STRATEGY_ENTROPY, STRATEGY_RANDOM, STRATEGY_CLUSTERS = "margin", "entropy", "random", "clusters"
+STRATEGIES = (STRATEGY_MARGIN, STRATEGY_ENTROPY, STRATEGY_RANDOM, STRATEGY_CLUSTERS)
+# What a label event did: gave or changed an item's label, skipped it, or undid the user's last label event.
+EVENT_LABEL, EVENT_SKIP, EVENT_UNDO = "label", "skip", "undo"
+EVENT_ACTIONS = (EVENT_LABEL, EVENT_SKIP, EVENT_UNDO)
+
+
+class LabelProject(Base):
+    """A pool of texts to label, with its label set (``LabelClass``), items (``LabelItem``) and their history
+    (``LabelEvent``). ``folder`` holds what is no row: the source file and the pool's cached embeddings."""
+
+    __tablename__ = "label_projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    multi_label: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    folder: Mapped[str] = mapped_column(Text)
+    source_name: Mapped[str] = mapped_column(String(300), default="")
+    # The frozen encoder that embeds the pool (a catalogue name or a path), and the query strategy (STRATEGIES).
+    model: Mapped[str] = mapped_column(String(300))
+    strategy: Mapped[str] = mapped_column(String(16), default=STRATEGY_MARGIN, server_default=STRATEGY_MARGIN)
+    # The share of queries drawn at random (the unbiased estimate and the random-sampling control).
+    random_share: Mapped[float] = mapped_column(Float, default=0.1, server_default="0.1")
+    # The fast model is refitted after this many new labels.
+    refit_every: Mapped[int] = mapped_column(Integer, default=10, server_default="10")
+    # Labels counted when the pool was last ranked (by the cold start or a refit): the next refit is due at
+    # ``ranked_at_labels + refit_every``.
+    ranked_at_labels: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_by: Mapped[str] = mapped_column(String(120), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    __table_args__ = (
+        CheckConstraint("random_share >= 0 AND random_share <= 1", name="ck_label_projects_random_share"),
+        CheckConstraint("refit_every >= 1", name="ck_label_projects_refit_every"),
+    )
+
+
+class LabelClass(Base):
+    """One label of a project's label set, in the order of its keyboard shortcut (position 0 is key 1)."""
+
+    __tablename__ = "label_classes"
+
+    project_id: Mapped[int] = mapped_column(ForeignKey("label_projects.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # One line that says what the label means; also what the zero-shot suggestions compare the texts with.
+    description: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_label_classes_name"),)
+
+
+class LabelItem(Base):
+    """One text of a project's pool, its current label and where it stands in the ranking.
+
+    ``label`` is the current answer (a class name; a list of names for a multi-label project), NULL while
+    unlabelled; its history is in ``label_events``. An item is handed to one labeller at a time: a claim sets
+    ``claimed_by``/``claim_until`` in ONE conditional UPDATE, as the queue claims runs."""
+
+    __tablename__ = "label_items"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("label_projects.id", ondelete="CASCADE"))
+    # 0..n-1 in the order the texts were added: also the item's row in the project's embedding cache.
+    position: Mapped[int] = mapped_column(Integer)
+    # The source's id column, or the item's line in its file when it had none.
+    external_id: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)
+    label: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)
+    labelled_by: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    labelled_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    # Embedded into the cache already (new texts are embedded incrementally).
+    embedded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    cluster: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Where the current ranking puts it: lower is asked sooner; NULL when not ranked.
+    rank: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Put in the queue by the random share: its label is an unbiased sample of the pool.
+    random_pick: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    # Sent back to be labelled again (from a label audit): asked before any unlabelled item.
+    relabel: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    # The model's answer and its calibrated confidence (zero-shot, the fast model, or a real run's predictions).
+    suggestion: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)
+    confidence: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    skipped_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    claimed_by: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    claim_until: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("project_id", "position", name="uq_label_items_position"),
+        Index("ix_label_items_project_rank", "project_id", "rank"),
+        Index("ix_label_items_project_external", "project_id", "external_id"),
+    )
+
+
+class LabelEvent(Base):
+    """One thing a labeller did to one item, kept forever: a label given or changed (``previous`` is what it
+    replaced), a skip, or an undo (``undoes`` names the event it took back, which is then marked ``undone``)."""
+
+    __tablename__ = "label_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("label_projects.id", ondelete="CASCADE"))
+    item_id: Mapped[int] = mapped_column(ForeignKey("label_items.id", ondelete="CASCADE"), index=True)
+    action: Mapped[str] = mapped_column(String(16))
+    label: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)
+    previous: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)
+    user: Mapped[str] = mapped_column(String(120), default="")
+    at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # What the model suggested when the label was given, and whether the item was a random-share pick.
+    suggestion: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)
+    random_pick: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    undone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
+    undoes: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (
+        Index("ix_label_events_project_user", "project_id", "user", "id"),
+        CheckConstraint("action IN ('label', 'skip', 'undo')", name="ck_label_events_action"),
+    )
+
+
+class LabelEstimate(Base):
+    """One point of a project's learning curve, written by each refit: the estimated score (accuracy, macro-F1
+    for multi-label) at ``labels`` labels with its interval, the majority-class baseline beside it, and the
+    agreement of this refit's predictions with the previous one's (the stopping rule reads it)."""
+
+    __tablename__ = "label_estimates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("label_projects.id", ondelete="CASCADE"), index=True)
+    labels: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(40))
+    estimate: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    low: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    high: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    majority: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    # Where the estimate comes from: "random share" (n held-out random picks) or "cross-validation".
+    source: Mapped[str] = mapped_column(String(40), default="")
+    agreement: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
