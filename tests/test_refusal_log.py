@@ -116,3 +116,25 @@ def test_a_flood_of_forged_calls_leaves_no_traceback_and_a_bounded_log(tmp_path)
     minutes = math.ceil(elapsed / 60)
     assert len(refused) <= 4 * REFUSAL_LINES_PER_MINUTE * minutes, (elapsed, len(refused))
     assert log.count("in a minute: the rest of this minute's are counted, not logged") >= 4, log[-3000:]
+
+
+def test_a_flood_of_refused_rest_calls_leaves_a_bounded_number_of_lines(caplog, monkeypatch):
+    """One client hammering ``POST /api/v1/predict/<slug>`` past its rate gets a 429 each time; the server log
+    gets at most REFUSAL_LINES_PER_MINUTE lines of that status, then one line saying the rest are counted."""
+    from workbench.errors import NotFound
+    from workbench.playground import api
+    from workbench.playground.limits import RateLimited
+
+    now = [5000.0]
+    monkeypatch.setattr(api, "REFUSALS", RefusalLog(clock=lambda: now[0]))
+    caplog.set_level(logging.WARNING, logger=api.log.name)
+    statuses = [api.error_response(RateLimited("too many requests from 10.0.0.7", 3.0)).status_code
+                for _ in range(200)]
+    statuses.append(api.error_response(NotFound("playground 'x' does not exist")).status_code)
+    lines = [r.getMessage() for r in caplog.records if r.name == api.log.name]
+    assert statuses == [429] * 200 + [404]
+    assert len(lines) == REFUSAL_LINES_PER_MINUTE + 2  # the limit, the "counted" notice, the 404 (its own kind)
+    assert lines[-1].startswith("predict refused (404)")
+    now[0] += 61
+    api.error_response(RateLimited("too many requests from 10.0.0.7", 3.0))
+    assert f"{200 - REFUSAL_LINES_PER_MINUTE} REST refusals 429 were not logged" in caplog.records[-2].getMessage()

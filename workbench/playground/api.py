@@ -21,9 +21,13 @@ from workbench.playground.limits import Busy, RateLimited, Refused
 from workbench.playground.predictors import expected_inputs
 from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import API_PREFIX, AccessDenied
+from workbench.ui.edge import RefusalLog
 
 log = logging.getLogger(__name__)
 MAX_BODY = 16 * 10**6  # 64 inputs of 20,000 characters, each escaped as \uXXXX, still fit
+# A flood of refused calls (429s from one client, 401s of a token guesser) must not flood the log: at most
+# workbench.ui.edge.REFUSAL_LINES_PER_MINUTE lines of each status a minute, the rest counted (docs/access.md).
+REFUSALS = RefusalLog()
 
 
 class BodyTooLarge(WorkbenchError):
@@ -57,7 +61,7 @@ def error_status(exc: WorkbenchError) -> int:
 def error_response(exc: WorkbenchError) -> JSONResponse:
     """The JSON answer to a refused request, and its one line in the server log (a caller's mistake, no traceback)."""
     status = error_status(exc)
-    log.warning("predict refused (%d): %s", status, " ".join(str(exc).split()))
+    REFUSALS.warning(log, f"REST refusals {status}", "predict refused (%d): %s", status, " ".join(str(exc).split()))
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Allow": "POST"} if status == 405 else {}
     body = {"error": str(exc), "status": status}
     if isinstance(exc, Refused):

@@ -44,7 +44,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from storage.context import Workbench
 from workbench.asgi import read_body, replay
 from workbench.errors import NotFound, WorkbenchError
-from workbench.playground.api import build_router, error_status
+from workbench.playground.api import REFUSALS, build_router, error_status
 from workbench.playground.runtime import Playgrounds
 from workbench.playground.service import PLAY_PREFIX, AccessDenied, bearer_token
 
@@ -75,7 +75,7 @@ def allowed_route(rest: str) -> bool:
 
 
 def _json_error(message: str, status: int) -> JSONResponse:
-    log.warning("playground request refused (%d): %s", status, message)
+    REFUSALS.warning(log, f"playground refusals {status}", "playground request refused (%d): %s", status, message)
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
 
