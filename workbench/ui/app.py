@@ -1,4 +1,4 @@
-"""The workbench page: five tabs and the few events that cross between them.
+"""The workbench page: six tabs and the few events that cross between them.
 
 ``build_ui(wb)`` returns the ``gr.Blocks``; ``workbench.server.create_app`` mounts it.
 Everything shown is read from the database on page load and on timer ticks, so a
@@ -12,7 +12,7 @@ import gradio as gr
 
 from storage.context import Workbench
 from workbench.errors import WorkbenchError
-from workbench.ui import compare_tab, data_tab, runs_tab, sweep_tab, train_tab
+from workbench.ui import compare_tab, data_tab, label_tab, runs_tab, sweep_tab, train_tab
 from workbench.ui.edge import quiet_user_errors
 
 
@@ -33,6 +33,7 @@ def keep_in_url(name: str) -> str:
 KEEP_RUN_IN_URL = keep_in_url("run")
 KEEP_DATASET_IN_URL = keep_in_url("dataset")
 KEEP_COMPARED_IN_URL = keep_in_url("compare")
+KEEP_LABEL_PROJECT_IN_URL = keep_in_url("label")
 
 
 def run_from_query(params) -> int | None:
@@ -74,6 +75,13 @@ CSS = """
 .wb-confusion table { border-collapse: collapse; font-size: 0.85em; }
 .wb-confusion th, .wb-confusion td { border: 1px solid var(--neutral-200); padding: 4px 8px; text-align: right; }
 #wb-title h1 { margin-bottom: 0; }
+.wb-label-text { font-size: 1.45em; line-height: 1.5; padding: 14px 4px; white-space: pre-wrap;
+  overflow-wrap: anywhere; max-height: 22em; overflow-y: auto; }
+.wb-suggestion { font-size: 1.05em; }
+.wb-tag { display: inline-block; padding: 0 8px; margin-left: 6px; border-radius: 10px; font-size: 0.85em;
+  background: var(--neutral-200); color: var(--neutral-800); }
+.wb-tag-relabel { background: #fef3c7; color: #78350f; }
+.wb-stop-hint { border-left: 4px solid #16a34a; padding: 6px 10px; background: #f0fdf4; color: #14532d; }
 /* Gradio 6 draws the run's Share tab button twice once the tab is first opened (both underlined; not seen in a
    small app with the same tab): the copy is hidden. */
 #run-share-button ~ #run-share-button { display: none; }
@@ -105,6 +113,27 @@ def _wire_compared(wb, demo, picker) -> None:
         return gr.update(choices=compare_tab.run_choices(wb), value=picks) if picks else gr.skip()
 
     demo.load(restore, None, [picker])
+
+
+def _wire_label(wb, demo, tabs, label, audit) -> None:
+    """The Label tab: its keys (installed once per page), its project in the address (``?label=ID``), and a
+    project an audit sent items to opened there."""
+    demo.load(None, None, None, js=label_tab.KEYS_JS)
+    label.project.change(None, [label.project], None, js=KEEP_LABEL_PROJECT_IN_URL)
+
+    def restore(request: gr.Request):
+        choices = label_tab.project_choices(wb)
+        wanted = label_tab.project_number((dict(request.query_params) if request else {}).get("label"))
+        picked = {"value": wanted} if wanted in {value for _, value in choices} else {}
+        return gr.update(choices=choices, **picked), gr.update(choices=label_tab.finished_runs(wb))
+
+    demo.load(restore, None, label.refresh_choices[2])
+
+    def open_sent(project_id):
+        return (gr.Tabs(selected="label"),
+                gr.update(choices=label_tab.project_choices(wb), value=label_tab.project_number(project_id)))
+
+    audit.relabel_event.success(open_sent, [audit.relabel_project], [tabs, label.project])
 
 
 def _wire_address(wb, demo, tabs, runs, data, run_openers: list) -> None:
@@ -142,6 +171,8 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         with gr.Tabs(selected="data") as tabs:
             with gr.Tab("Data", id="data", elem_id="tab-data"):
                 data = data_tab.build(wb)
+            with gr.Tab("Label", id="label", elem_id="tab-label"):
+                label = label_tab.build(wb)
             with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab_item:
                 train = train_tab.build(wb)
                 sweep_form = sweep_tab.build_form(wb, train.spec_view, train.task)
@@ -200,6 +231,10 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         runs_tab_item.select(*runs.refresh_rows, show_progress="hidden")
         demo.load(compare["refresh"], compare["picker"], [compare["picker"]])
         best_opened = _wire_sweeps(wb, tabs, sweep_form, sweep_view, sweeps_tab_item, runs, compare)
-        _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened])
+        # Label → Runs with the run "Train from these labels" queued.
+        trained = label.train_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [label.run_id],
+                                            [tabs, runs.run_id])
+        _wire_label(wb, demo, tabs, label, data.audit)
+        _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened, trained])
         _wire_compared(wb, demo, compare["picker"])
     return quiet_user_errors(demo)

@@ -1,5 +1,6 @@
 """Data tab, "Find suspicious labels": start an audit of the picked dataset, watch its folds, review
-the ranked suspects (keep / relabel / drop) and save a corrected copy as a new dataset.
+the ranked suspects (keep / relabel / drop), save a corrected copy as a new dataset, or send the suspects
+to a labelling project to be labelled again by a person (the Label tab).
 
 Layout and wiring only; the work is in ``workbench.services.audits``. The functions above ``build``
 turn service results into what the components show and are tested without a browser. Nothing is
@@ -219,6 +220,8 @@ class AuditPanel:
     train_corrected: gr.Button
     save_event: Any  # a new dataset exists afterwards: other pickers follow it
     follow_dataset: "_Refresh"  # the picked dataset's audits into the picker, the latest chosen (page load)
+    relabel_event: Any  # suspects sent to a labelling project (the app opens the Label tab on it)
+    relabel_project: gr.Number  # the project they were sent to
 
 
 @dataclasses.dataclass
@@ -341,6 +344,68 @@ def _build_save() -> _Save:
     return _Save(save_name, save, saved, corrected_id, train_corrected)
 
 
+NEW_PROJECT = 0  # the "send to relabel" target that makes a new project of the audit's examples
+
+
+def relabel_targets(wb) -> list[tuple[str, int]]:
+    """Where "send to relabel" can put the suspects: a new project, or an existing one (matched by text)."""
+    from workbench.services import labelling
+
+    return [("a new labelling project", NEW_PROJECT)] + [
+        (f"project {p['id']} · {p['name']}", p["id"]) for p in labelling.list_projects(wb) if not p["multi_label"]]
+
+
+def send_to_relabel(wb, audit_id: Any, target: Any, user: str) -> tuple[str, int]:
+    """Send the audit's suspects not marked keep or drop to a labelling project to be labelled again; returns
+    (the message, the project id)."""
+    from workbench.services import labelling
+
+    audit_id = audit_number(audit_id)
+    try:
+        project_id = int(float(target or NEW_PROJECT))
+    except (TypeError, ValueError):
+        project_id = NEW_PROJECT
+    result = labelling.send_to_relabel(wb, audit_id, project_id=project_id or None, user=user)
+    missing = result.get("not_found") or []
+    absent = (f" {len(missing)} were not found in that project (no item with the same text): "
+              f"{', '.join(map(str, missing[:5]))}{' …' if len(missing) > 5 else ''}." if missing else "")
+    return (f"✔ {result['sent']} suspicious examples sent to labelling project **{result['project_id']}** to be "
+            f"labelled again: they come first in its queue (the Label tab).{absent}", result["project_id"])
+
+
+@dataclasses.dataclass
+class _Relabel:
+    """Send the suspects to a labelling project."""
+
+    target: gr.Dropdown
+    button: gr.Button
+    sent: gr.Markdown
+    project: gr.Number
+
+
+def _build_relabel() -> _Relabel:
+    with gr.Row():
+        target = gr.Dropdown([("a new labelling project", NEW_PROJECT)], value=NEW_PROJECT,
+                             label="… or have a person label the suspects not marked keep or drop again, in",
+                             elem_id="audit-relabel-target", scale=3)
+        button = gr.Button("Send to relabel", elem_id="audit-send-relabel", scale=1)
+    sent = gr.Markdown(elem_id="audit-relabel-sent")
+    project = gr.Number(visible=False)
+    return _Relabel(target, button, sent, project)
+
+
+def _wire_relabel(wb, pick: gr.Dropdown, relabel: _Relabel) -> Any:
+    """Send to relabel; returns the event (the project exists and holds the suspects afterwards)."""
+    def on_send_relabel(audit_id, target, request: gr.Request):
+        from workbench.ui.label_tab import user_of
+
+        return send_to_relabel(wb, audit_id, target, user_of(request))
+
+    relabel.target.focus(lambda: gr.update(choices=relabel_targets(wb)), None, [relabel.target],
+                         show_progress="hidden")
+    return relabel.button.click(on_send_relabel, [pick, relabel.target], [relabel.sent, relabel.project])
+
+
 class _Refresh(NamedTuple):
     """``show`` with its inputs and outputs: what every event that changes the audit's view ends with."""
 
@@ -356,6 +421,7 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
         review = _build_review()
         decisions = _build_decisions()
         saving = _build_save()
+        relabel = _build_relabel()
         timer = gr.Timer(POLL_SECONDS, active=False)
 
     refresh = _Refresh(_shower(wb), [review.pick, *review.filters],
@@ -365,8 +431,10 @@ def build(wb, selected_dataset: gr.Textbox, datasets_table: gr.Dataframe) -> Aud
     _wire_progress(wb, review, timer, refresh)
     _wire_decisions(wb, review, decisions, refresh)
     save_event = _wire_save(wb, review.pick, saving, datasets_table)
+    relabel_event = _wire_relabel(wb, review.pick, relabel)
     return AuditPanel(corrected_id=saving.corrected_id, train_corrected=saving.train_corrected,
-                      save_event=save_event, follow_dataset=follow_dataset)
+                      save_event=save_event, follow_dataset=follow_dataset, relabel_event=relabel_event,
+                      relabel_project=relabel.project)
 
 
 def _filters_of(g, s, c, d) -> Filters:

@@ -503,3 +503,68 @@ def pr_curve_svg(precision_recall: Mapping[str, Any] | None) -> str:
         mark = (f"threshold {_num(float(threshold))}", float(nearest["recall"]), float(nearest["precision"]))
     name = f"{precision_recall.get('positive', 'positive')} ({precision_recall.get('target', '')})"
     return _unit_square_svg(title, [(name, points)], "recall", "precision", mark=mark)
+
+
+# ---------------------------------------------------------------- labelling: the learning curve
+
+def learning_curve_svg(curve: Sequence[Mapping[str, Any]] | None, majority: float | None = None) -> str:
+    """A labelling project's learning curve: the estimated score against the number of labels, its interval as a
+    shaded band, and the majority-class baseline as a dashed line (per point where the refits recorded it, else
+    ``majority`` across the chart). ``curve`` holds the service's estimate dicts (``labels``, ``estimate``,
+    ``low``, ``high``, ``majority``, ``metric``); points without an estimate are left out."""
+    points = [p for p in curve or () if isinstance(p.get("estimate"), (int, float))]
+    metric = str((points[-1] if points else {}).get("metric") or "accuracy").replace("_", "-")
+    title = f"Estimated {metric} as labels grow"
+    if not points:
+        return (f"<div class='wb-chart-empty' id='label-curve-empty'><b>{html.escape(title)}</b><p class='wb-muted'>"
+                "The curve starts after the first refit of the model (every few labels).</p></div>")
+    inner_w, inner_h = _W - _L - _R, _H - _T - _B
+    xs = [float(p["labels"]) for p in points]
+    x_low, x_high = (min(xs), max(xs)) if len(points) > 1 else (xs[0] - 1.0, xs[0] + 1.0)
+
+    def sx(x: float) -> float:
+        return _L + (x - x_low) / ((x_high - x_low) or 1.0) * inner_w
+
+    def sy(y: float) -> float:
+        return _T + inner_h - min(max(y, 0.0), 1.0) * inner_h
+
+    def bound(p: Mapping[str, Any], key: str) -> float:
+        value = p.get(key)
+        return float(value) if isinstance(value, (int, float)) else float(p["estimate"])
+
+    parts = [f"<rect x='{_L}' y='{_T}' width='{inner_w}' height='{inner_h}' fill='none' stroke='#cbd5e1'/>"]
+    for tick in _ticks(0.0, 1.0):
+        parts.append(f"<line x1='{_L}' x2='{_W - _R}' y1='{sy(tick):.1f}' y2='{sy(tick):.1f}' stroke='#e2e8f0'/>"
+                     f"<text x='{_L - 6}' y='{sy(tick) + 4:.1f}' font-size='10' text-anchor='end'>{_num(tick)}</text>")
+    for tick in (t for t in _ticks(x_low, x_high) if t == int(t) and t >= 0):
+        parts.append(f"<text x='{sx(tick):.1f}' y='{_T + inner_h + 16}' font-size='10' text-anchor='middle'>"
+                     f"{_num(tick)}</text>")
+    colour, band, base = PALETTE[0], "#93c5fd", "#64748b"
+    upper = [f"{sx(x):.1f},{sy(bound(p, 'high')):.1f}" for x, p in zip(xs, points)]
+    lower = [f"{sx(x):.1f},{sy(bound(p, 'low')):.1f}" for x, p in zip(xs, points)]
+    if len(points) > 1:
+        parts.append(f"<polygon class='wb-interval' points='{' '.join(upper + lower[::-1])}' fill='{band}' "
+                     "fill-opacity='0.45' stroke='none'/>")
+    else:
+        parts.append(f"<line class='wb-interval' x1='{sx(xs[0]):.1f}' x2='{sx(xs[0]):.1f}' "
+                     f"y1='{sy(bound(points[0], 'low')):.1f}' y2='{sy(bound(points[0], 'high')):.1f}' "
+                     f"stroke='{band}' stroke-width='8'/>")
+    baseline = [(x, float(p["majority"])) for x, p in zip(xs, points) if isinstance(p.get("majority"), (int, float))]
+    if not baseline and isinstance(majority, (int, float)):
+        baseline = [(x_low, float(majority)), (x_high, float(majority))]
+    if len(baseline) == 1:
+        baseline = [(x_low, baseline[0][1]), (x_high, baseline[0][1])]
+    legend = [(f"estimated {metric}", colour), ("interval", band)]
+    if baseline:
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in baseline)
+        parts.append(f"<polyline class='wb-majority' points='{line}' fill='none' stroke='{base}' stroke-width='1.5' "
+                     "stroke-dasharray='5 4'/>")
+        legend.append(("majority class", base))
+    line = " ".join(f"{sx(x):.1f},{sy(float(p['estimate'])):.1f}" for x, p in zip(xs, points))
+    parts.append(f"<polyline class='wb-curve' data-curve='estimate' points='{line}' fill='none' stroke='{colour}' "
+                 "stroke-width='2'/>")
+    parts.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(float(p['estimate'])):.1f}' r='3' fill='{colour}'><title>"
+                 f"{int(x)} labels: {_num(float(p['estimate']))} ({_num(bound(p, 'low'))} – {_num(bound(p, 'high'))})"
+                 f"{' · ' + html.escape(str(p['source'])) if p.get('source') else ''}</title></circle>"
+                 for x, p in zip(xs[-60:], points[-60:]))
+    return _frame_svg(title, "".join(parts), legend, "labels given", metric)
