@@ -111,7 +111,9 @@ def wilson(hits: int, total: int, z: float = Z95) -> tuple[float, float]:
     p = hits / total
     centre = (p + z * z / (2 * total)) / (1 + z * z / total)
     half = z * np.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+    low = 0.0 if hits == 0 else max(0.0, centre - half)
+    high = 1.0 if hits == total else min(1.0, centre + half)  # exact at the ends, not 0.9999999999999999
+    return float(low), float(high)
 
 
 def agreement(prev_pred: Optional[Sequence], pred: Sequence) -> Optional[float]:
