@@ -3,6 +3,8 @@
 The estimate comes from the random share when it holds at least ``MIN_RANDOM`` labels (the model fitted on the
 other labels, scored on the random picks: unbiased for the pool, a little pessimistic because it sees fewer
 labels), else from k-fold cross-validation on all labels (biased: the actively chosen labels are the hard ones).
+When the random picks are most of the labels (the random strategy), cross-validation on all of them is unbiased
+and uses every label, so it is taken instead.
 Accuracy gets a Wilson interval, macro-F1 (multi-label) a bootstrap one (``jobs.evaluation.stats``).
 The stop hint is the stabilising-predictions rule of Bloodgood & Vijay-Shanker (2009). Pure numpy / scikit-learn.
 """
@@ -52,7 +54,8 @@ def estimate(X_lab: np.ndarray, y_lab: list, random_pick: np.ndarray, classes: l
     n = len(y_lab)
     model = FastModel(classes, multi_label, seed)
     gold = model.encode(list(y_lab))
-    if random_pick.sum() >= MIN_RANDOM:
+    n_random = int(random_pick.sum())
+    if n_random >= MIN_RANDOM and n - n_random >= n_random:
         train = ~random_pick
         model.fit(X_lab[train], [y_lab[i] for i in np.flatnonzero(train)])
         predicted = _ids(model, X_lab[random_pick])
