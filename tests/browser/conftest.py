@@ -19,7 +19,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SERVER_START_TIMEOUT = 120
 README_SCREENSHOTS_DIR = ROOT / "docs" / "screenshots"
 README_SCREENSHOTS = {"data", "data-error", "data-ner", "train", "runs", "runs-share", "compare", "login",
-                      "playground", "audit"}
+                      "playground", "audit", "labelling", "labelling-create"}
 
 
 def chromium_path() -> str:

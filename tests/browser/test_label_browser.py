@@ -1,0 +1,139 @@
+"""Label tab in Chromium: a person creates a project from a file of 40 texts, labels 30 of them with the keyboard
+only, sees the suggestions once the first refit is done, and hands the labels to a training run that succeeds.
+
+The server runs without its worker; this test runs the queue itself, in a thread, with the real labelling jobs
+on a hashed bag-of-words embedder (no model to load) and the fake trainer: the page and the jobs are real, the
+encoder and the training are stand-ins."""
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from tests.browser.conftest import Server, goto_ready, screenshot, wait_run_status
+
+pytestmark = pytest.mark.browser
+
+SPAM = "cheap pills offer win money now"
+HAM = "meeting notes about the project plan"
+LABELLED = 30
+
+
+def hashed_embedder(texts: Sequence[str]) -> np.ndarray:
+    """Texts as hashed bags of words (64 dimensions): two topics that share no word land far apart."""
+    out = np.zeros((len(texts), 64), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in str(text).lower().split():
+            out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
+    return out
+
+
+class LabelJobsRunner:
+    """The fake runner's threads, with the real labelling jobs on ``hashed_embedder``."""
+
+    def __init__(self, wb):
+        self.wb = wb
+
+    def launch(self, job, env):
+        from jobs.labelling.job import run_label_job
+        from jobs.process import run_job
+        from jobs.process.fake_runner import ThreadHandle, fake_predict, fake_train
+
+        def label_fn(*args, **kwargs):
+            return run_label_job(*args, embedder=hashed_embedder, **kwargs)
+
+        result: list[int] = []
+
+        def target() -> None:
+            result.append(run_job.execute(self.wb, job.run_id, job.attempt, fake_train, predict_fn=fake_predict,
+                                          label_fn=label_fn))
+
+        thread = threading.Thread(target=target, name=f"label-job-{job.run_id}", daemon=True)
+        thread.start()
+        return ThreadHandle(thread, result)
+
+
+@pytest.fixture(scope="module")
+def label_server(tmp_path_factory):
+    """`workbench serve --no-worker`, and the queue run here (``LabelJobsRunner``) on the same home."""
+    from jobs.queue.worker import EmbeddedWorker, Worker
+    from storage.context import open_workbench
+    from storage.settings import Settings
+    from tests.browser.conftest import chromium_path
+
+    chromium_path()
+    home = tmp_path_factory.mktemp("label-home")
+    server = Server(home, args=("--no-worker",))
+    wb = open_workbench(Settings.from_env({}, home=str(home)))
+    worker = EmbeddedWorker(Worker(wb, LabelJobsRunner(wb), max_jobs=2, gpus=[])).start()
+    yield server
+    worker.stop()
+    wb.close()
+    server.stop()
+
+
+def _pool(folder) -> tuple:
+    """40 texts, half on each topic, interleaved; returns (the file, text -> its true label)."""
+    truth = {}
+    for i in range(40):
+        truth[f"{SPAM if i % 2 else HAM} {i}"] = "spam" if i % 2 else "ham"
+    path = folder / "messages.txt"
+    path.write_text("".join(f"{text}\n" for text in truth), encoding="utf-8")
+    return path, truth
+
+
+def _shown(page) -> tuple[str, str, str]:
+    """(the item's id, its text, its suggestion line) on screen."""
+    return page.evaluate("""() => {
+      const item = document.querySelector('#label-item');
+      const text = item && item.querySelector('.wb-label-text');
+      const hint = item && item.querySelector('#label-suggestion');
+      return [item ? item.dataset.item : '', text ? text.innerText : '', hint ? hint.innerText : ''];
+    }""")
+
+
+def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp_path):
+    path, truth = _pool(tmp_path)
+    goto_ready(page, label_server.url)
+    page.get_by_role("tab", name="Label").click()
+    page.locator("#label-new").get_by_text("New project").click()
+    page.locator("#label-file input[type=file]").set_input_files(str(path))
+    page.locator("#label-classes textarea").fill("spam\nham")
+    page.locator("#label-name input").fill("Support inbox")
+    page.locator("#label-file").get_by_text("messages.txt").wait_for()
+    screenshot(page, "labelling-create", element="#label-new")
+    page.locator("#label-create").click()
+    page.locator("#label-created").get_by_text("40 texts").wait_for()
+    page.wait_for_function("() => /^\\d+$/.test((document.querySelector('#label-item') || {dataset: {}})"
+                           ".dataset.item || '')")
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+
+    seen, suggested = [], []
+    for n in range(LABELLED):
+        item, text, hint = _shown(page)
+        assert item not in seen, f"item {item} shown twice"
+        seen.append(item)
+        label = truth[text.strip()]
+        suggested.append(hint.startswith("Suggested"))
+        if hint.startswith(f"Suggested: {label}"):
+            page.keyboard.press("Enter")
+        else:
+            page.keyboard.press("1" if label == "spam" else "2")
+        page.wait_for_function("(prev) => { const el = document.querySelector('#label-item');"
+                               " return el && el.dataset.item !== prev; }", arg=item)
+        if n == 19 and not any(suggested):  # a fast hand: let the first refit (queued at 10 labels) finish
+            page.wait_for_function("() => /Last refit: succeeded/.test("
+                                   "(document.querySelector('#label-jobs') || {innerText: ''}).innerText)",
+                                   timeout=30_000)
+    assert not any(suggested[:10]), "a suggestion before the first refit (no label has a description)"
+    assert any(suggested[10:]), "no suggestion once the first refit was done"
+    page.locator("#label-progress").get_by_text(f"{LABELLED} / 40 labelled").wait_for()
+    page.locator("#label-curve .wb-curve").wait_for()
+    screenshot(page, "labelling")
+
+    page.locator("#label-train").click()
+    wait_run_status(page, "succeeded", timeout=60_000)
+    assert f"trained from {LABELLED} labels" in page.locator("#run-title").first.inner_text()
