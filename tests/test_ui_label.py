@@ -80,6 +80,10 @@ def test_the_suggestion_is_highlighted_and_enter_accepts_it(wb, tmp_path):
     assert [k.get("variant") for k in shown["keys"][:2]] == ["primary", "secondary"]
     after = _values(label_tab.accept(wb, view, shown["held"], None, "ann"))
     assert after["held"]["item_id"] != shown["held"]["item_id"]
+    # The next item has the same suggestion: its answer sends the text alone, no button is redrawn.
+    assert all(k == gr.skip() for k in after["keys"]) and after["ticks"] == after["rest"] == gr.skip()
+    moved = label_tab.key_updates(view, {"suggestion": "ham"}, before={"suggestion": "spam"}, full=False)
+    assert [k.get("variant") for k in moved[:2]] == ["secondary", "primary"] and moved[2:] == [gr.skip()] * 7
     with wb.db.session() as session:
         item = session.get(LabelItem, shown["held"]["item_id"])
         assert (item.label, item.labelled_by) == ("spam", "ann")

@@ -28,6 +28,9 @@ from workbench.ui import plots
 from workbench.ui.polling import POLL_SECONDS, content_key, timer_update
 
 MAX_KEYS = 9  # labels 1–9 have a key and a button; a larger label set adds a picker for the rest
+# While only labels move (no job queued or running) the progress is read this often: each reading is redrawn in
+# the browser the labeller types in, and a person does not need it every 2 seconds.
+LABELLING_POLL_SECONDS = 5.0
 EXPORT_FORMATS = ("csv", "jsonl")
 INTRO = ("Label one text at a time. Keys: **1–9** a label (multi-label: toggle it), **Enter** accept the suggestion "
          "(multi-label: save the ticked labels), **S** skip, **Z** undo. After every few labels a fast model on "
@@ -155,13 +158,22 @@ def item_html(item: Optional[dict], view: Optional[dict]) -> str:
             f"<div class='wb-label-text'>{html.escape(str(item['text']))}</div>{suggestion}</div>")
 
 
-def key_updates(view: Optional[dict], item: Optional[dict]) -> list:
-    """The nine key buttons: the label's name with its key, the suggested one(s) highlighted."""
+def _variant(name: str, item: Optional[dict]) -> str:
+    return "primary" if name in _suggested(item) else "secondary"
+
+
+def key_updates(view: Optional[dict], item: Optional[dict], before: Optional[dict] = None,
+                full: bool = True) -> list:
+    """The nine key buttons: the label's name with its key, the suggested one(s) highlighted. With ``full`` off
+    (the next item after a key) only the buttons whose highlight changed since ``before`` (the item that was on
+    screen) are sent: the browser redraws nothing else."""
     names = (view or {}).get("names") or []
-    suggested = set(_suggested(item))
-    return [gr.update(value=f"{i + 1} · {names[i]}", visible=True,
-                      variant="primary" if names[i] in suggested else "secondary")
-            if i < len(names) else gr.update(visible=False) for i in range(MAX_KEYS)]
+    if full:
+        return [gr.update(value=f"{i + 1} · {names[i]}", visible=True, variant=_variant(names[i], item))
+                if i < len(names) else gr.update(visible=False) for i in range(MAX_KEYS)]
+    return [gr.update(variant=_variant(names[i], item))
+            if i < len(names) and _variant(names[i], item) != _variant(names[i], before) else gr.skip()
+            for i in range(MAX_KEYS)]
 
 
 def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
@@ -174,14 +186,17 @@ def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
     return gr.update(visible=True, choices=list(view["names"]), value=chosen)
 
 
-def item_values(view: Optional[dict], item: Optional[dict]) -> tuple:
+def item_values(view: Optional[dict], item: Optional[dict], before: Optional[dict] = None,
+                full: bool = True) -> tuple:
     """What every event that shows an item returns: the text, the item kept for the next key, the key buttons,
-    the tick boxes and the "other label" picker."""
+    the tick boxes and the "other label" picker. With ``full`` off (the next item after a key, ``before`` the
+    one that was on screen) what did not change is skipped: a label's answer stays small."""
     held = None if item is None else {"item_id": item["item_id"], "suggestion": item.get("suggestion")}
     names = (view or {}).get("names") or []
-    rest = gr.update(visible=len(names) > MAX_KEYS and not (view or {}).get("multi"), choices=names[MAX_KEYS:],
-                     value=None)
-    return (item_html(item, view), held, *key_updates(view, item), ticked(view, item), rest)
+    many = len(names) > MAX_KEYS and not (view or {}).get("multi")
+    rest = gr.update(visible=many, choices=names[MAX_KEYS:], value=None) if full or many else gr.skip()
+    ticks = ticked(view, item) if full or (view or {}).get("multi") else gr.skip()
+    return (item_html(item, view), held, *key_updates(view, item, before, full), ticks, rest)
 
 
 def open_project(wb, project_id: Any, user: str) -> tuple:
@@ -193,22 +208,22 @@ def open_project(wb, project_id: Any, user: str) -> tuple:
     return (view, *item_values(view, labelling.next_item(wb, pid, user)))
 
 
-def _next_after(wb, view: dict, user: str, act) -> tuple:
+def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
     """Run ``act`` (a label, skip or undo) and show the item it returns; an item that another labeller took
     meanwhile (its lease ran out) is reported, and the next free one shown instead."""
     try:
         result = act()
     except (InvalidState, NotFound) as exc:
         gr.Warning(fmt.ui_message(exc))
-        return item_values(view, labelling.next_item(wb, view["id"], user))
-    return item_values(view, result["next"])
+        return item_values(view, labelling.next_item(wb, view["id"], user), held, full=False)
+    return item_values(view, result["next"], held, full=False)
 
 
 def give(wb, view: Optional[dict], held: Optional[dict], label: Any, user: str) -> tuple:
     """Give ``label`` to the item on screen and show the next one."""
     if not view or not held:
         raise gr.Error("Pick a project with texts left to label first.")
-    return _next_after(wb, view, user,
+    return _next_after(wb, view, held, user,
                        lambda: labelling.give_label(wb, view["id"], held["item_id"], label, user))
 
 
@@ -241,7 +256,7 @@ def skip(wb, view: Optional[dict], held: Optional[dict], user: str) -> tuple:
     """S: put the item at the back of the queue and show the next one."""
     if not view or not held:
         raise gr.Error("Pick a project with texts left to label first.")
-    return _next_after(wb, view, user, lambda: labelling.skip_item(wb, view["id"], held["item_id"], user))
+    return _next_after(wb, view, held, user, lambda: labelling.skip_item(wb, view["id"], held["item_id"], user))
 
 
 def undo(wb, view: Optional[dict], user: str) -> tuple:
@@ -302,17 +317,16 @@ def status_html(status: Optional[dict]) -> str:
     return f"<div id='label-status'>{bar}{''.join(lines)}</div>"
 
 
-def busy(status: Optional[dict]) -> bool:
-    """Whether something moves: a job queued or running, or labels given in the last minutes."""
-    if not status:
-        return False
-    jobs = [j for j in (status.get("jobs") or {}).values() if j]
-    return any(j["status"] in ("queued", "running") for j in jobs) or bool(status.get("labels_per_minute"))
+def jobs_active(status: Optional[dict]) -> bool:
+    """Whether a job of the project (embedding, refit) is queued or running."""
+    jobs = [j for j in ((status or {}).get("jobs") or {}).values() if j]
+    return any(j["status"] in ("queued", "running") for j in jobs)
 
 
 def progress_values(wb, project_id: Any, shown_key: str, interval: Any) -> tuple:
     """The progress and the learning curve (only when they changed since ``shown_key``), and the timer's next
-    interval: every ``POLL_SECONDS`` while something moves, slower while nothing does."""
+    interval: every ``POLL_SECONDS`` while a job runs, ``LABELLING_POLL_SECONDS`` while only labels come in,
+    slower and slower while nothing moves."""
     pid = project_number(project_id)
     status = labelling.project_status(wb, pid) if pid is not None else None
     if status is not None:
@@ -321,8 +335,10 @@ def progress_values(wb, project_id: Any, shown_key: str, interval: Any) -> tuple
     changed = key != shown_key
     shown = (status_html(status), plots.learning_curve_svg((status or {}).get("curve"),
                                                            (status or {}).get("majority")))
+    active = jobs_active(status)
+    moving = active or bool((status or {}).get("labels_per_minute"))
     return (*(shown if changed else (gr.skip(), gr.skip())), key,
-            timer_update(interval, changed, busy(status)))
+            timer_update(interval, changed, moving, POLL_SECONDS if active else LABELLING_POLL_SECONDS))
 
 
 # --------------------------------------------------------------------------------------------- hand-off
