@@ -164,6 +164,27 @@ def summary(times: list[float]) -> dict:
             "max_ms": round(max(times), 1), "mean_ms": round(statistics.fmean(times), 1)}
 
 
+def where_it_goes(calls: list) -> dict:
+    """Medians (ms) of the three parts of a key's wait: the key to the label call leaving the page (Gradio's
+    client), the call itself (network + server), its answer to the next text drawn (the page's rendering);
+    and how many keys met a progress refresh (a queued call) within their wait."""
+    parts: dict[str, list[float]] = {"key_to_request_ms": [], "request_ms": [], "answer_to_shown_ms": []}
+    refreshes = 0
+    for total, seen in calls:
+        label = [c for c in seen if "/run/predict" in c[0]]
+        refreshes += any("/queue/" in c[0] for c in seen)
+        if label:
+            _, start, end = label[0]
+            parts["key_to_request_ms"].append(start)
+            parts["request_ms"].append(end - start)
+            parts["answer_to_shown_ms"].append(total - end)
+    out = {k: round(statistics.median(v), 1) for k, v in parts.items() if v}
+    out["p95_answer_to_shown_ms"] = summary(parts["answer_to_shown_ms"])["p95_ms"] if parts["answer_to_shown_ms"] \
+        else None
+    out["keys_with_a_progress_refresh"] = refreshes
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labels", type=int, default=50)
@@ -202,7 +223,8 @@ def main(argv=None) -> int:
     process, url = serve(home)
     result = {"pool": len(rows), "dim": args.dim, "labels_per_phase": args.labels, "goal_p95_ms": GOAL_MS,
               "embed_job_seconds_hashed": round(embed_s, 2), "machine": f"{platform.node()}, {os.cpu_count()} CPUs",
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_average_before": [round(x, 1) for x in os.getloadavg()]}
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
@@ -216,7 +238,8 @@ def main(argv=None) -> int:
             label_keys(page, truth, 5)  # warm-up: first calls compile and fill caches
             calls: list = []
             result["idle"] = summary(label_keys(page, truth, args.labels, calls))
-            for total, seen in sorted(calls, key=lambda c: -c[0])[:8]:
+            result["idle"]["where"] = where_it_goes(calls)
+            for total, seen in sorted(calls, key=lambda c: -c[0])[:5]:
                 print(f"{total:7.1f} ms", [(path[:40], round(a), round(b)) for path, a, b in seen], flush=True)
             print("idle", result["idle"], flush=True)
 
@@ -236,7 +259,9 @@ def main(argv=None) -> int:
             feeder = threading.Thread(target=keep_refitting, daemon=True)
             feeder.start()
             phase = time.perf_counter()
-            result["refit"] = summary(label_keys(page, truth, args.labels))
+            calls = []
+            result["refit"] = summary(label_keys(page, truth, args.labels, calls))
+            result["refit"]["where"] = where_it_goes(calls)
             phase = time.perf_counter() - phase
             stop.set()
             feeder.join()
@@ -262,6 +287,7 @@ def main(argv=None) -> int:
         service.append((time.perf_counter() - started) * 1000)
     result["service_give_label"] = summary(service)
     print("service", result["service_give_label"])
+    result["load_average_after"] = [round(x, 1) for x in os.getloadavg()]
     result["met"] = all(result[k]["p95_ms"] < GOAL_MS for k in ("idle", "refit"))
     wb.close()
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

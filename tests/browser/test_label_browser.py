@@ -137,6 +137,12 @@ def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp
         seen.append(item)
         label = truth[text.strip()]
         suggested.append(hint.startswith("Suggested"))
+        if suggested[-1] and sum(suggested) == 1:  # the suggested label's key is lit, the other is not
+            lit, other = ("label-key-1", "label-key-2") if hint.startswith("Suggested: spam") else (
+                "label-key-2", "label-key-1")
+            colours = page.evaluate("(ids) => ids.map((id) => getComputedStyle(document.getElementById(id))"
+                                    ".backgroundColor)", [lit, other])
+            assert colours[0] != colours[1], colours
         if hint.startswith(f"Suggested: {label}"):
             page.keyboard.press("Enter")
         else:

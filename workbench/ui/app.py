@@ -82,6 +82,7 @@ CSS = """
   background: var(--neutral-200); color: var(--neutral-800); }
 .wb-tag-relabel { background: #fef3c7; color: #78350f; }
 .wb-stop-hint { border-left: 4px solid #16a34a; padding: 6px 10px; background: #f0fdf4; color: #14532d; }
+""" + label_tab.highlight_css() + """
 /* Gradio 6 draws the run's Share tab button twice once the tab is first opened (both underlined; not seen in a
    small app with the same tab): the copy is hidden. */
 #run-share-button ~ #run-share-button { display: none; }

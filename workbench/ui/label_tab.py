@@ -153,27 +153,28 @@ def item_html(item: Optional[dict], view: Optional[dict]) -> str:
         suggestion = ("<p class='wb-muted' id='label-suggestion'>No suggestion yet: the model is fitted after the "
                       "first few labels.</p>")
     external = html.escape(str(item.get("external_id") or ""))
-    return (f"<div id='label-item' data-item='{int(item['item_id'])}'>"
+    names = view["names"][:MAX_KEYS]
+    keys = " ".join(str(names.index(name) + 1) for name in suggested if name in names)
+    return (f"<div id='label-item' data-item='{int(item['item_id'])}' data-suggested='{keys}'>"
             f"<div class='wb-muted'>text {external} {' '.join(tags)}</div>"
             f"<div class='wb-label-text'>{html.escape(str(item['text']))}</div>{suggestion}</div>")
 
 
-def _variant(name: str, item: Optional[dict]) -> str:
-    return "primary" if name in _suggested(item) else "secondary"
-
-
-def key_updates(view: Optional[dict], item: Optional[dict], before: Optional[dict] = None,
-                full: bool = True) -> list:
-    """The nine key buttons: the label's name with its key, the suggested one(s) highlighted. With ``full`` off
-    (the next item after a key) only the buttons whose highlight changed since ``before`` (the item that was on
-    screen) are sent: the browser redraws nothing else."""
+def key_updates(view: Optional[dict]) -> list:
+    """The nine key buttons of a project: each label's name with its key; the rest hidden. (The suggested one is
+    highlighted by the page's style, from the item's ``data-suggested``: a label's answer redraws no button.)"""
     names = (view or {}).get("names") or []
-    if full:
-        return [gr.update(value=f"{i + 1} · {names[i]}", visible=True, variant=_variant(names[i], item))
-                if i < len(names) else gr.update(visible=False) for i in range(MAX_KEYS)]
-    return [gr.update(variant=_variant(names[i], item))
-            if i < len(names) and _variant(names[i], item) != _variant(names[i], before) else gr.skip()
+    return [gr.update(value=f"{i + 1} · {names[i]}", visible=True) if i < len(names) else gr.update(visible=False)
             for i in range(MAX_KEYS)]
+
+
+def highlight_css() -> str:
+    """The style that highlights the key of each suggested label: ``#label-item[data-suggested~="N"]`` lights
+    ``#label-key-N`` (CSS ``:has``), so the highlight comes with the text in one answer."""
+    return "\n".join(
+        f'body:has(#label-item[data-suggested~="{i}"]) #label-key-{i} {{ background: '
+        "var(--button-primary-background-fill); color: var(--button-primary-text-color); "
+        "border-color: var(--button-primary-border-color); }" for i in range(1, MAX_KEYS + 1))
 
 
 def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
@@ -186,26 +187,25 @@ def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
     return gr.update(visible=True, choices=list(view["names"]), value=chosen)
 
 
-def item_values(view: Optional[dict], item: Optional[dict], before: Optional[dict] = None,
-                full: bool = True) -> tuple:
-    """What every event that shows an item returns: the text, the item kept for the next key, the key buttons,
-    the tick boxes and the "other label" picker. With ``full`` off (the next item after a key, ``before`` the
-    one that was on screen) what did not change is skipped: a label's answer stays small."""
+def item_values(view: Optional[dict], item: Optional[dict], full: bool = True) -> tuple:
+    """What every event that shows an item returns: the text, the item kept for the next key, the tick boxes
+    and the "other label" picker. With ``full`` off (the next item after a key) the pickers a single-label
+    project without more than nine labels never shows are skipped: a label's answer stays small."""
     held = None if item is None else {"item_id": item["item_id"], "suggestion": item.get("suggestion")}
     names = (view or {}).get("names") or []
     many = len(names) > MAX_KEYS and not (view or {}).get("multi")
     rest = gr.update(visible=many, choices=names[MAX_KEYS:], value=None) if full or many else gr.skip()
     ticks = ticked(view, item) if full or (view or {}).get("multi") else gr.skip()
-    return (item_html(item, view), held, *key_updates(view, item, before, full), ticks, rest)
+    return item_html(item, view), held, ticks, rest
 
 
 def open_project(wb, project_id: Any, user: str) -> tuple:
     """Pick a project: its view and the user's next item (their live claim again after a refresh)."""
     pid = project_number(project_id)
     if pid is None:
-        return (None, *item_values(None, None))
+        return (None, *item_values(None, None), *key_updates(None))
     view = view_of(labelling.get_project(wb, pid))
-    return (view, *item_values(view, labelling.next_item(wb, pid, user)))
+    return (view, *item_values(view, labelling.next_item(wb, pid, user)), *key_updates(view))
 
 
 def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
@@ -215,8 +215,8 @@ def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
         result = act()
     except (InvalidState, NotFound) as exc:
         gr.Warning(fmt.ui_message(exc))
-        return item_values(view, labelling.next_item(wb, view["id"], user), held, full=False)
-    return item_values(view, result["next"], held, full=False)
+        return item_values(view, labelling.next_item(wb, view["id"], user), full=False)
+    return item_values(view, result["next"], full=False)
 
 
 def give(wb, view: Optional[dict], held: Optional[dict], label: Any, user: str) -> tuple:
@@ -232,12 +232,12 @@ def press_key(wb, view: Optional[dict], held: Optional[dict], index: int, chosen
     Enter)."""
     names = (view or {}).get("names") or []
     if index >= len(names):
-        return (*(gr.skip() for _ in range(MAX_KEYS + 4)),)
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     if view["multi"]:
         chosen = list(chosen or [])
         name = names[index]
         chosen = [c for c in chosen if c != name] if name in chosen else chosen + [name]
-        return (*(gr.skip() for _ in range(MAX_KEYS + 2)), gr.update(value=chosen), gr.skip())
+        return gr.skip(), gr.skip(), gr.update(value=chosen), gr.skip()
     return give(wb, view, held, names[index], user)
 
 
@@ -267,7 +267,7 @@ def undo(wb, view: Optional[dict], user: str) -> tuple:
         result = labelling.undo_last(wb, view["id"], user)
     except InvalidState as exc:
         gr.Warning(fmt.ui_message(exc))
-        return (*(gr.skip() for _ in range(MAX_KEYS + 4)),)
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     return item_values(view, result["next"])
 
 
@@ -499,7 +499,7 @@ def build(wb) -> LabelTab:
     shown_key = gr.State("")
     timer = gr.Timer(POLL_SECONDS, active=True)
 
-    item_outputs = [labelling_.text, held, *labelling_.keys, labelling_.multi, labelling_.rest]
+    item_outputs = [labelling_.text, held, labelling_.multi, labelling_.rest]
     opened = _wire_labelling(wb, project, view, held, labelling_, item_outputs)
     progress = _wire_progress(wb, project, status, curve, shown_key, timer)
     project.change(*opened).then(*progress)
@@ -528,7 +528,7 @@ def _wire_labelling(wb, project: gr.Dropdown, view: gr.State, held: gr.State, ui
     def on_project(project_id, request: gr.Request):
         return open_project(wb, project_id, user_of(request))
 
-    opened = (on_project, [project], [view, *item_outputs])
+    opened = (on_project, [project], [view, *item_outputs, *ui.keys])
     # The item's event answers with the next item only; queue=False: it skips Gradio's queue (no wait behind
     # a slow event, one HTTP round trip), which is what keeps the next text under 200 ms.
     fast = {"show_progress": "hidden", "queue": False}
@@ -553,7 +553,7 @@ def _wire_labelling(wb, project: gr.Dropdown, view: gr.State, held: gr.State, ui
 
     def on_rest(v, h, label, request: gr.Request):
         if not label:
-            return (*(gr.skip() for _ in range(MAX_KEYS + 4)),)
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return give(wb, v, h, label, user_of(request))
 
     ui.accept.click(on_accept, [view, held, ui.multi], item_outputs, **fast)
