@@ -152,6 +152,21 @@ def test_claims_follow_the_tiers_come_back_on_refresh_and_expire(wb, tmp_path):
     assert rest == ["t3", "t4"]  # the skipped item comes last
 
 
+def test_browsers_of_one_user_hold_their_own_claims(wb, tmp_path):
+    """Sign-in off: every browser is the user "", told apart by the claimant the UI passes."""
+    pid = lab.create_project(wb, _pool(tmp_path, 4), "spam,ham")["id"]
+    one = lab.next_item(wb, pid, "", claimant="browser-1")
+    two = lab.next_item(wb, pid, "", claimant="browser-2")
+    assert one["item_id"] != two["item_id"]
+    with pytest.raises(InvalidState, match="being labelled by browser-2"):
+        lab.give_label(wb, pid, two["item_id"], "spam", "", claimant="browser-1")
+    following = lab.give_label(wb, pid, one["item_id"], "spam", "", claimant="browser-1")["next"]
+    assert following["item_id"] not in (one["item_id"], two["item_id"])
+    assert _items(wb, pid)["t0"].labelled_by == "" and _items(wb, pid)["t2"].claimed_by == "browser-1"
+    assert lab.undo_last(wb, pid, "", claimant="browser-1")["next"]["item_id"] == one["item_id"]
+    assert _items(wb, pid)["t2"].claimed_by is None  # the undone item replaced browser-1's other claim
+
+
 def test_undo_and_relabel_keep_the_history(wb, tmp_path):
     project = lab.create_project(wb, _pool(tmp_path, 5), "spam,ham")
     pid = project["id"]

@@ -291,8 +291,11 @@ def _item_dict(row: Any, project_id: int) -> dict[str, Any]:
 
 
 def next_item(wb: Workbench, project_id: int, user: str, lease_seconds: float = LEASE_SECONDS,
-              now: Optional[dt.datetime] = None) -> Optional[dict[str, Any]]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> Optional[dict[str, Any]]:
     """Claim the best free item for ``user`` and return it (None when nothing is left to label).
+
+    ``claimant`` (default: ``user``) is who holds the claim: with sign-in off every browser is the user "",
+    so the UI passes a name of its own per browser session there; labels still carry ``user``.
 
     The user's own live claim comes back first (a page refresh shows the same text). Otherwise ONE
     conditional UPDATE per tier takes the first free item of the tier (relabel, ranked, unranked by position,
@@ -301,12 +304,12 @@ def next_item(wb: Workbench, project_id: int, user: str, lease_seconds: float = 
     now = now or utcnow()
     with wb.db.session() as session:
         _require(session, project_id)
-        return _claim_next(session, wb.db.is_sqlite, project_id, user, now, lease_seconds)
+        return _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now, lease_seconds)
 
 
 def _claim_next(session, is_sqlite: bool, project_id: int, user: str, now: dt.datetime,
                 lease_seconds: float = LEASE_SECONDS) -> Optional[dict[str, Any]]:
-    """``next_item`` inside the caller's transaction (a label and the next claim commit together: one commit
+    """``next_item`` for the claimant ``user`` inside the caller's transaction (a label and the next claim commit together: one commit
     per label). PostgreSQL runs each statement on a fresh snapshot, so a retry sees the other claim."""
     until = now + dt.timedelta(seconds=lease_seconds)
     mine = session.execute(
@@ -373,7 +376,7 @@ def check_label(session, project: LabelProject, label: Any) -> Any:
 
 
 def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: str,
-               now: Optional[dt.datetime] = None) -> dict[str, Any]:
+               now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Give (or change) an item's label: one event with what it replaced, the item's label set, its claim
     released; then a refit is queued when enough new labels arrived. Returns ``{"next", "labelled",
     "refit"}``: the user's next item from the current ranking, the labels given, the refit job queued or None."""
@@ -381,7 +384,7 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
     with wb.db.session() as session:
         project = _require(session, project_id)
         value = check_label(session, project, label)
-        item = _lock_item(session, project_id, item_id, user, now)
+        item = _lock_item(session, project_id, item_id, claimant or user, now)
         session.add(LabelEvent(project_id=project_id, item_id=item_id, action=EVENT_LABEL, label=value,
                                previous=item.label, user=user, at=now, suggestion=item.suggestion,
                                random_pick=item.random_pick))
@@ -390,32 +393,33 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
             claim_until=None).execution_options(synchronize_session=False))
         labelled = _labelled(session, project_id)
         due = labelled >= project.ranked_at_labels + project.refit_every
-        following = _claim_next(session, wb.db.is_sqlite, project_id, user, now)
+        following = _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)
     refit = queue_refit(wb, project_id) if due else None
     return {"next": following, "labelled": labelled, "refit": refit}
 
 
 def skip_item(wb: Workbench, project_id: int, item_id: int, user: str,
-              now: Optional[dt.datetime] = None) -> dict[str, Any]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Put an item at the back of the queue (asked again once the rest is labelled) and return the next one."""
     now = now or utcnow()
     with wb.db.session() as session:
         _require(session, project_id)
-        item = _lock_item(session, project_id, item_id, user, now)
+        item = _lock_item(session, project_id, item_id, claimant or user, now)
         session.add(LabelEvent(project_id=project_id, item_id=item_id, action=EVENT_SKIP, label=None,
                                previous=item.label, user=user, at=now, suggestion=item.suggestion,
                                random_pick=item.random_pick))
         session.execute(update(LabelItem).where(LabelItem.id == item_id).values(
             skipped_at=now, claimed_by=None, claim_until=None).execution_options(synchronize_session=False))
-        return {"next": _claim_next(session, wb.db.is_sqlite, project_id, user, now)}
+        return {"next": _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)}
 
 
 def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = LEASE_SECONDS,
-              now: Optional[dt.datetime] = None) -> dict[str, Any]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Take back ``user``'s last label or skip that is not undone yet: the item gets what it had before (the
     label, who gave it and when; a changed label goes back to be labelled again), the event is marked undone and
     an undo event records it. The item is claimed for the user and returned as ``next``."""
     now = now or utcnow()
+    holder = claimant or user
     with wb.db.session() as session:
         _require(session, project_id)
         event = session.scalars(select(LabelEvent).where(
@@ -424,7 +428,7 @@ def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = 
             .order_by(LabelEvent.id.desc()).limit(1)).first()
         if event is None:
             raise InvalidState("nothing to undo: you have given no label or skip in this project yet")
-        item = _lock_item(session, project_id, event.item_id, user, now)
+        item = _lock_item(session, project_id, event.item_id, holder, now)
         if event.action == EVENT_LABEL:
             before = session.scalars(select(LabelEvent).where(
                 LabelEvent.item_id == item.id, LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false(),
@@ -440,18 +444,18 @@ def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = 
                                label=event.previous if event.action == EVENT_LABEL else None,
                                previous=event.label, user=user, at=now, undoes=event.id))
         # The user's other claims go back to the pool: the undone item is the one they work on now.
-        session.execute(update(LabelItem).where(LabelItem.project_id == project_id, LabelItem.claimed_by == user,
+        session.execute(update(LabelItem).where(LabelItem.project_id == project_id, LabelItem.claimed_by == holder,
                                                 LabelItem.id != item.id)
                         .values(claimed_by=None, claim_until=None).execution_options(synchronize_session=False))
         row = session.execute(update(LabelItem).where(LabelItem.id == item.id).values(
-            **restored, claimed_by=user, claim_until=now + dt.timedelta(seconds=lease_seconds))
+            **restored, claimed_by=holder, claim_until=now + dt.timedelta(seconds=lease_seconds))
             .returning(*ITEM_COLUMNS).execution_options(synchronize_session=False)).first()
         undone = event.id
     return {"next": _item_dict(row, project_id), "undone": undone}
 
 
 def release_claims(wb: Workbench, project_id: int, user: str) -> int:
-    """Give back every item ``user`` holds in the project (leaving the page); returns how many."""
+    """Give back every item ``user`` (a claimant) holds in the project (leaving the page); returns how many."""
     with wb.db.session() as session:
         return session.execute(update(LabelItem).where(LabelItem.project_id == project_id,
                                                        LabelItem.claimed_by == user)
