@@ -287,6 +287,21 @@ def test_train_from_labels_holds_out_the_random_share(wb, tmp_path):
     assert len(trained) == 40 and not trained & held
 
 
+def test_a_finished_run_labels_the_rest_of_the_pool(wb, tmp_path):
+    from tests.predict_support import trained_run
+
+    pid = lab.create_project(wb, _pool(tmp_path, 5), "neg,pos")["id"]
+    item = lab.next_item(wb, pid, "ann")
+    lab.give_label(wb, pid, item["item_id"], "pos", "ann")
+    job_id = lab.predict_pool(wb, pid, trained_run(wb))
+    with wb.db.session() as session:
+        job = session.get(Run, job_id)
+        assert (job.kind, job.status, job.label_project_id) == ("predict", QUEUED, pid)
+        source = Path(job.spec["input_path"])
+    with source.open(encoding="utf-8", newline="") as handle:
+        assert [row["id"] for row in csv.DictReader(handle)] == ["t1", "t2", "t3", "t4"]
+
+
 def test_send_to_relabel_from_an_audit(wb, tmp_path):
     """An audit's ranking, written directly (training one is too slow here): its flagged examples go to an
     existing project's items of the same text, or to a new project of the audit's examples."""

@@ -198,8 +198,6 @@ def _insert_items(session, project_id: int, rows: Iterable[PoolRow], names: set[
                                f"({', '.join(sorted(names)[:20])})", line=row.line, column="label",
                                hint=f"add {unknown[0]!r} to the labels, or correct the label on this line")
                 continue
-            if label == [] and not multi_label:
-                label = None
         values = {"project_id": project_id, "position": position, "external_id": row.external_id, "text": row.text}
         if label is None:
             plain.append(values)
