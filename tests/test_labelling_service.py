@@ -38,7 +38,7 @@ def _jobs(wb, project_id: int, kind: str) -> list[Run]:
 
 
 @pytest.mark.parametrize("name, content, multi", [
-    ("pool.csv", 'id,text,label\na,"one, quoted",spam\nb,two,\nc,three,ham\n', False),
+    ("pool.csv", 'id,category,text,label\na,x,"one, quoted",spam\nb,y,two,\nc,z,three,ham\n', False),
     ("pool.tsv", "id\ttext\tlabel\na\tone, quoted\tspam\nb\ttwo\t\nc\tthree\tham\n", False),
     ("pool.jsonl", '{"id": "a", "text": "one, quoted", "label": ["spam"]}\n{"id": "b", "text": "two"}\n'
                    '{"id": "c", "text": "three", "label": ["ham", "spam"]}\n', True),

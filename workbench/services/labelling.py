@@ -81,7 +81,7 @@ def parse_labels(labels: Sequence[str] | Sequence[tuple[str, str]] | str,
     """(name, description) of each label: names alone, ``"name: description"`` lines, (name, description)
     pairs, or one comma-separated string (``"spam,ham"``, as ``--labels`` gives them)."""
     if isinstance(labels, str):
-        labels = [part for part in labels.split(",")]
+        labels = labels.split(",")
     found: list[tuple[str, str]] = []
     for entry in labels:
         if isinstance(entry, (tuple, list)):
