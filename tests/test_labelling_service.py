@@ -7,6 +7,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -128,6 +131,34 @@ def test_two_labellers_never_hold_the_same_item(qwb, tmp_path):
     assert len(per_item) == 40 and all(count == 1 for _, count in per_item)
     assert users == {"ann", "bob"}
     assert lab.next_item(qwb, project["id"], "ann") is None
+
+
+KILLED_SERVER = """
+import json, os, signal, sys
+from storage.context import open_workbench
+from storage.settings import Settings
+from workbench.services import labelling
+wb = open_workbench(Settings.from_env({}, home=sys.argv[1]))
+item = labelling.next_item(wb, int(sys.argv[2]), "ann")
+answer = labelling.give_label(wb, int(sys.argv[2]), item["item_id"], "spam", "ann")
+print(json.dumps({"labelled": item["item_id"], "next": answer["next"]["item_id"]}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_server_killed_between_two_labels_loses_nothing(wb, tmp_path):
+    """kill -9 of the serving process right after a label: the label, its event and the claim of the next item
+    are in the database, and the labeller goes on with that item."""
+    pid = lab.create_project(wb, _pool(tmp_path, 5), "spam,ham")["id"]
+    done = subprocess.run([sys.executable, "-c", KILLED_SERVER, str(wb.settings.home), str(pid)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == -9, done.stderr
+    seen = json.loads(done.stdout)
+    assert lab.item_history(wb, seen["labelled"])[0]["label"] == "spam"
+    again = lab.next_item(wb, pid, "ann")
+    assert again["item_id"] == seen["next"]
+    assert lab.give_label(wb, pid, again["item_id"], "ham", "ann")["labelled"] == 2
 
 
 def test_claims_follow_the_tiers_come_back_on_refresh_and_expire(wb, tmp_path):
