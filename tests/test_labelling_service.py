@@ -91,6 +91,10 @@ def test_a_bad_file_gets_line_numbered_errors_and_nothing_is_stored(wb, tmp_path
     binary.write_bytes(b"PK\x03\x04" + b"\x00" * 64)
     with pytest.raises(DataValidationError, match="not a text file"):
         lab.create_project(wb, binary, "spam,ham")
+    headless = tmp_path / "headless.csv"
+    headless.write_text("first text\nsecond text\n", encoding="utf-8")
+    created = lab.create_project(wb, headless, "spam,ham")
+    assert created["pool"] == 1 and "headless.csv:1, column 'first text': warning" in created["warnings"][0]
     with pytest.raises(ConfigError, match="at least two labels"):
         lab.create_project(wb, _pool(tmp_path), "spam")
 

@@ -159,6 +159,9 @@ def _mapping(names: Sequence[str], columns: PoolColumns, name: str, log: Problem
                       hint="rename the column of the texts to 'text' or choose it with --text-column")
             return None
         text_col = rest[0]
+        log.warning("header", name, f"the column {text_col!r} was taken for the texts: its first row is read as "
+                    "the column names, not as a text", line=line, column=text_col,
+                    hint="add a header row ('text'), or give a plain-text file (.txt): one text a line")
     return text_col, id_col, label_col
 
 
