@@ -202,7 +202,8 @@ def test_browsers_of_one_user_hold_their_own_claims(wb, tmp_path):
     assert _items(wb, pid)["t2"].claimed_by is None  # the undone item replaced browser-1's other claim
 
 
-def test_undo_and_relabel_keep_the_history(wb, tmp_path):
+def test_undo_and_relabel_keep_the_history(qwb, tmp_path):
+    wb = qwb
     project = lab.create_project(wb, _pool(tmp_path, 5), "spam,ham")
     pid = project["id"]
     first = lab.next_item(wb, pid, "ann")
@@ -247,7 +248,8 @@ def test_a_refit_is_queued_every_few_labels_and_never_twice(wb, tmp_path):
     assert lab.queue_refit(wb, pid) is None
 
 
-def test_status_counts_classes_and_shows_the_curve(wb, tmp_path):
+def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
+    wb = qwb
     path = tmp_path / "multi.jsonl"
     path.write_text("".join(json.dumps({"text": f"t{i}", "label": lbl}) + "\n"
                             for i, lbl in enumerate([["a"], ["a", "b"], [], None, None])), encoding="utf-8")
