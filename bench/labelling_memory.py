@@ -10,8 +10,9 @@ footprint), then creates the project through ``workbench.services.labelling`` (r
 chunks, queue the embed job; no job runs here), then labels ``--labels`` items as a labeller would:
 ``give_label`` (which records the event, releases the claim and claims the next item) after one first
 ``next_item``. Half of the labels are given before the pool is ranked (the unranked tier, by position), then
-every item gets a rank as the embed job's cold start writes them (one executemany UPDATE by id), and the other
-half are given from the ranking. ``project_status`` (what the Label tab polls) is timed too.
+every item gets a rank (a permutation of the positions, written by one UPDATE in this process without holding
+the rows in memory: the job that ranks a pool runs in the worker, not the server), and the other half are
+given from the ranking. ``project_status`` (what the Label tab polls) is timed too.
 
 Peak RSS is the child's ``ru_maxrss`` (the high-water mark of its resident memory). Results go to
 bench/results/labelling_memory.json. SQLite in a temporary home unless ``--database-url`` names another
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shared_data import DEFAULT_DATA  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "labelling_memory.json"
+RANK_STRIDE = 7919
 SOURCES = ("sms_spam_collection", "trec_question_type_train5500", "vader_tweets", "vader_amazon")
 
 
@@ -75,7 +77,7 @@ def child(pool: Path, home: Path, labels: int, url: str) -> dict:
     """The server's side: import the app, create the project, label; returns the measurements."""
     import resource
 
-    from sqlalchemy import select, update
+    from sqlalchemy import update
 
     import workbench.ui.app  # noqa: F401 - the server's own modules, loaded before anything is measured
     from storage.context import open_workbench
@@ -98,11 +100,9 @@ def child(pool: Path, home: Path, labels: int, url: str) -> dict:
     for n in range(labels):
         if n == labels // 2:
             start = time.perf_counter()
-            with wb.db.session() as session:
-                ids = list(session.scalars(select(LabelItem.id).where(LabelItem.project_id == pid)))
-                ranks = list(range(len(ids)))
-                rng.shuffle(ranks)
-                session.execute(update(LabelItem), [{"id": i, "rank": r} for i, r in zip(ids, ranks)])
+            with wb.db.session() as session:  # a permutation of the positions (for a size no multiple of 7919)
+                session.execute(update(LabelItem).where(LabelItem.project_id == pid)
+                                .values(rank=(LabelItem.position * RANK_STRIDE) % project["pool"]))
             rank_s = time.perf_counter() - start
             item = labelling.next_item(wb, pid, "bench")
         start = time.perf_counter()
