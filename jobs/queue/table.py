@@ -26,8 +26,8 @@ from jobs.specs.run import RunSpec
 from jobs.queue.states import ACTIVE, check_transition, sources_of
 from storage.db import Database
 from storage.errors import InvalidState, NotFound
-from storage.models import (CANCELLED, CANCELLING, FAILED, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, Run, Sweep, Worker,
-                            utcnow)
+from storage.models import (CANCELLED, CANCELLING, FAILED, KIND_TRAIN, LABEL_KINDS, QUEUED, RUN_KINDS, RUNNING,
+                            LabelProject, Run, Sweep, Worker, utcnow)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,25 @@ def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *,
     with db.session() as session:
         run = Run(name=name, kind=kind, task=task, model=model, status=QUEUED, spec=dict(spec),
                   dataset_id=dataset_id, parent_run_id=parent_run_id, priority=priority)
+        session.add(run)
+        session.flush()
+        run.output_dir = str(Path(runs_dir) / str(run.id))
+        return run.id
+
+
+def submit_label_job(db: Database, kind: str, project_id: int, runs_dir: Path, *, priority: int = 0) -> int:
+    """Insert a queued job of labelling project ``project_id`` (a kind of ``LABEL_KINDS``: embed its pool, or refit
+    its fast model and rank the pool again); ``jobs.labelling.job`` runs it. Its spec and ``label_project_id``
+    name the project; its files live in ``runs_dir/<id>``."""
+    if kind not in LABEL_KINDS:
+        raise ValueError(f"submit_label_job queues {' or '.join(LABEL_KINDS)} jobs, not {kind!r}")
+    with db.session() as session:
+        project = session.get(LabelProject, project_id)
+        if project is None:
+            raise NotFound(f"labelling project {project_id} does not exist")
+        run = Run(name=f"{kind} of {project.name or f'project {project_id}'}"[:200], kind=kind,
+                  task="text-classification", model=project.model, status=QUEUED, spec={"project_id": project_id},
+                  label_project_id=project_id, priority=priority)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))
