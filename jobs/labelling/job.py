@@ -216,6 +216,7 @@ def cold_start(wb: Workbench, project: Project, reporter, embedder: Embedder) ->
     from jobs.labelling.coverage import cluster_pool, coverage_order, zero_shot
 
     report_phase(reporter, RANKING)
+    started = time.perf_counter()
     cache = EmbeddingCache(project.folder)
     rows = cache.rows()
     emb = np.asarray(cache.load(rows))
@@ -237,7 +238,8 @@ def cold_start(wb: Workbench, project: Project, reporter, embedder: Embedder) ->
     log.info("project %s: cold start ranked %d items in %d clusters", project.id, len(order),
              len(np.unique(clusters)))
     return {"ranked": len(order), "clusters": int(len(np.unique(clusters))), "labels": int(pool.labelled.sum()),
-            "zero_shot": suggestions[0] is not None if rows else False}
+            "zero_shot": suggestions[0] is not None if rows else False,
+            "cold_start_seconds": round(time.perf_counter() - started, 3)}
 
 
 def mix_random_share(order: np.ndarray, share: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
