@@ -202,6 +202,30 @@ def test_refit_ranks_the_unlabelled_items_writes_suggestions_and_a_curve_point(w
     assert sorted(r["rank"] for r in items(wb, project_id)[22:]) == list(range(18))
 
 
+def test_texts_added_later_are_embedded_alone_and_ranked_by_the_fast_model(wb, bert, records):
+    project_id = make_project(wb, bert, records[:30])
+    assert run_now(wb, KIND_LABEL_EMBED, project_id)[1] == run_job.EXIT_SUCCEEDED
+    give_labels(wb, project_id, range(10), [r["label"] for r in records])
+    assert run_now(wb, KIND_LABEL_REFIT, project_id)[1] == run_job.EXIT_SUCCEEDED
+    with wb.db.session() as session:
+        session.add_all(LabelItem(project_id=project_id, position=i, external_id=str(i), text=records[i]["text"])
+                        for i in range(30, 40))
+    encoder, seen = load_encoder(str(bert)), []
+
+    def counting(texts):
+        seen.extend(texts)
+        return encoder(texts)
+
+    run_id = queue.submit_label_job(wb.db, KIND_LABEL_EMBED, project_id, wb.settings.home / "runs")
+    assert execute(wb, run_id, embedder=counting) == run_job.EXIT_SUCCEEDED, status_of(wb, run_id)
+    assert seen == [r["text"] for r in records[30:40]]
+    rows = items(wb, project_id)
+    assert all(r["embedded"] for r in rows) and sorted(r["rank"] for r in rows[10:]) == list(range(30))
+    assert all(r["suggestion"] in CLASSES for r in rows[30:])
+    assert EmbeddingCache(project_row(wb, project_id)["folder"]).rows() == 40
+    assert project_row(wb, project_id)["estimates"] == 1  # no curve point: no new label
+
+
 def test_a_refit_of_a_deleted_project_fails_with_a_sentence(wb, bert, records):
     project_id = make_project(wb, bert, records[:4])
     run_id = queue.submit_label_job(wb.db, KIND_LABEL_REFIT, project_id, wb.settings.home / "runs")

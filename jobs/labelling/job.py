@@ -90,7 +90,7 @@ def embed_pool(wb: Workbench, project: Project, reporter, *, device: str = "cpu"
                embedder: Optional[Embedder] = None, chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
     """Embed the items past the cache's end, then rank the pool (the cold start, or a refit once one ran)."""
     cache = EmbeddingCache(project.folder)
-    key = project.model if embedder is not None else _model_path(project.model)
+    key = _model_path(project.model, must_exist=embedder is None)  # the cache says which model made it
     rows = cache.rows(key)
     if rows == 0 and cache.meta().get("rows"):
         log.warning("project %s: the cache was made by another model; embedding the pool again", project.id)
@@ -127,17 +127,25 @@ def embed_pool(wb: Workbench, project: Project, reporter, *, device: str = "cpu"
                               "embed_seconds": round(time.monotonic() - started, 3)}
     if rows == 0:
         return result
-    if _refitted(wb, project.id):
-        result.update(refit(wb, project, reporter))
+    if _refitted(wb, project.id):  # texts added to a ranked pool: ranked by the fast model, no new curve point
+        result.update(refit(wb, project, reporter, curve_point=False))
     else:
         result.update(cold_start(wb, project, reporter, embedder or _lazy_encoder(key, device)))
     return result
 
 
-def _model_path(name: str) -> str:
+def _model_path(name: str, must_exist: bool = True) -> str:
+    """The folder (or hub id) the project's model loads from; its name as given when it cannot be found and
+    ``must_exist`` is off (an embedder was handed in)."""
     from jobs.labelling.encoder import model_path
+    from storage.errors import WorkbenchError
 
-    return model_path(name)
+    try:
+        return model_path(name)
+    except WorkbenchError:
+        if must_exist:
+            raise
+        return name
 
 
 def _encoder(path: str, device: str) -> Embedder:
@@ -280,8 +288,9 @@ def suggest(proba: np.ndarray, classes: Sequence[str], multi_label: bool) -> tup
 
 # ------------------------------------------------------------------ label-refit
 
-def refit(wb: Workbench, project: Project, reporter) -> dict[str, Any]:
-    """Fit the fast model on the labels, score and rank the pool, write it all in one transaction."""
+def refit(wb: Workbench, project: Project, reporter, curve_point: bool = True) -> dict[str, Any]:
+    """Fit the fast model on the labels, score and rank the pool, write it all in one transaction; with
+    ``curve_point``, estimate the score and add it to the learning curve (``LabelEstimate``) too."""
     from jobs.labelling.coverage import cluster_pool
     from jobs.labelling.curve import agreement, estimate
     from jobs.labelling.fast_model import FastModel
@@ -315,8 +324,10 @@ def refit(wb: Workbench, project: Project, reporter) -> dict[str, Any]:
     proba = model.predict_proba(emb)
     suggestions, confidence = suggest(proba, project.classes, project.multi_label)
     lap("predict")
-    point = estimate(emb[labelled], y, pool.random_pick[labelled], list(project.classes), project.multi_label,
-                     seed=0)
+    point = None
+    if curve_point:
+        point = estimate(emb[labelled], y, pool.random_pick[labelled], list(project.classes), project.multi_label,
+                         seed=0)
     previous = _previous_predictions(project, len(suggestions))
     agreed = agreement(previous, suggestions[:len(previous)]) if previous is not None else None
     lap("estimate")
@@ -330,16 +341,18 @@ def refit(wb: Workbench, project: Project, reporter) -> dict[str, Any]:
     with wb.db.session() as session:
         _write_ranking(session, pool, np.asarray(order), np.asarray(picks, dtype=bool), suggestions, confidence,
                        clusters=clusters if fresh_clusters else None)
-        session.add(LabelEstimate(project_id=project.id, labels=n_labels, metric=point.metric,
-                                  estimate=point.estimate, low=point.low, high=point.high, majority=point.majority,
-                                  source=point.source[:40], agreement=agreed))
+        if point is not None:
+            session.add(LabelEstimate(project_id=project.id, labels=n_labels, metric=point.metric,
+                                      estimate=point.estimate, low=point.low, high=point.high,
+                                      majority=point.majority, source=point.source[:40], agreement=agreed))
         _set_ranked(session, project.id, n_labels)
     lap("write")
     _save_predictions(project, suggestions)
-    log.info("project %s: refit on %d labels, %s %.3f, ranked %d items (%s)", project.id, n_labels, point.metric,
-             point.estimate if point.estimate is not None else float("nan"), len(order), timings)
-    return {"labels": n_labels, "ranked": int(len(order)), "estimate": point.estimate, "low": point.low,
-            "high": point.high, "majority": point.majority, "agreement": agreed, **timings}
+    log.info("project %s: refit on %d labels, ranked %d items, estimate %s (%s)", project.id, n_labels, len(order),
+             point, timings)
+    scores = {"estimate": point.estimate, "low": point.low, "high": point.high, "majority": point.majority} \
+        if point is not None else {}
+    return {"labels": n_labels, "ranked": int(len(order)), **scores, "agreement": agreed, **timings}
 
 
 def _known(labels: Sequence[Any], project: Project) -> np.ndarray:
