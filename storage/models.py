@@ -384,6 +384,12 @@ class LabelItem(Base):
         UniqueConstraint("project_id", "position", name="uq_label_items_position"),
         Index("ix_label_items_project_rank", "project_id", "rank"),
         Index("ix_label_items_project_external", "project_id", "external_id"),
+        # The claim's tiers and the label counts (migration 0013_labelling_indexes).
+        Index("ix_label_items_project_rank_position", "project_id", "rank", "position"),
+        Index("ix_label_items_project_relabel", "project_id", "relabel"),
+        Index("ix_label_items_project_skipped", "project_id", "skipped_at"),
+        Index("ix_label_items_project_labelled", "project_id", "labelled_at"),
+        Index("ix_label_items_project_claimed", "project_id", "claimed_by"),
     )
 
 
@@ -409,6 +415,7 @@ class LabelEvent(Base):
 
     __table_args__ = (
         Index("ix_label_events_project_user", "project_id", "user", "id"),
+        Index("ix_label_events_project_at", "project_id", "at"),  # labels per minute
         CheckConstraint("action IN ('label', 'skip', 'undo')", name="ck_label_events_action"),
     )
 

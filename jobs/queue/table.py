@@ -94,19 +94,17 @@ def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *,
         return run.id
 
 
-def submit_label_job(db: Database, kind: str, project_id: int, runs_dir: Path, *, priority: int = 0) -> int:
-    """Insert a queued job of labelling project ``project_id`` (a kind of ``LABEL_KINDS``: embed its pool, or refit
-    its fast model and rank the pool again); ``jobs.labelling.job`` runs it. Its spec and ``label_project_id``
-    name the project; its files live in ``runs_dir/<id>``."""
+def submit_label_job(db: Database, kind: str, project_id: int, runs_dir: Path) -> int:
+    """Insert a queued job of a labelling project (``LABEL_KINDS``: embed its pool, or refit its fast model and
+    rank the pool again); its spec and ``label_project_id`` name the project. Returns the job's id."""
     if kind not in LABEL_KINDS:
         raise ValueError(f"submit_label_job queues {' or '.join(LABEL_KINDS)} jobs, not {kind!r}")
     with db.session() as session:
         project = session.get(LabelProject, project_id)
         if project is None:
             raise NotFound(f"labelling project {project_id} does not exist")
-        run = Run(name=f"{kind} of {project.name or f'project {project_id}'}"[:200], kind=kind,
-                  task="text-classification", model=project.model, status=QUEUED, spec={"project_id": project_id},
-                  label_project_id=project_id, priority=priority)
+        run = Run(name=f"{kind} of project {project_id}", kind=kind, task="text-classification",
+                  model=project.model, status=QUEUED, spec={"project_id": project_id}, label_project_id=project_id)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))

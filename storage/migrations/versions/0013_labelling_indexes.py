@@ -1,0 +1,39 @@
+"""labelling indexes: the claim's tiers, the label counts and the labels per minute without a scan of the pool
+
+``next_item`` claims in tiers (items sent to relabel, then the ranking, then the unranked texts by position,
+skipped ones last), each one conditional UPDATE whose sub-select walks one of these indexes instead of sorting
+a 100,000-text pool; the labelled count reads (project_id, labelled_at), labels per minute (project_id, at).
+
+Revision ID: 0013_labelling_indexes
+Revises: 0012_labelling
+"""
+from alembic import op
+
+
+revision = '0013_labelling_indexes'
+down_revision = '0012_labelling'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('label_items', schema=None) as batch_op:
+        batch_op.create_index('ix_label_items_project_rank_position', ['project_id', 'rank', 'position'],
+                              unique=False)
+        batch_op.create_index('ix_label_items_project_relabel', ['project_id', 'relabel'], unique=False)
+        batch_op.create_index('ix_label_items_project_skipped', ['project_id', 'skipped_at'], unique=False)
+        batch_op.create_index('ix_label_items_project_labelled', ['project_id', 'labelled_at'], unique=False)
+        batch_op.create_index('ix_label_items_project_claimed', ['project_id', 'claimed_by'], unique=False)
+    with op.batch_alter_table('label_events', schema=None) as batch_op:
+        batch_op.create_index('ix_label_events_project_at', ['project_id', 'at'], unique=False)
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('label_events', schema=None) as batch_op:
+        batch_op.drop_index('ix_label_events_project_at')
+    with op.batch_alter_table('label_items', schema=None) as batch_op:
+        batch_op.drop_index('ix_label_items_project_claimed')
+        batch_op.drop_index('ix_label_items_project_labelled')
+        batch_op.drop_index('ix_label_items_project_skipped')
+        batch_op.drop_index('ix_label_items_project_relabel')
+        batch_op.drop_index('ix_label_items_project_rank_position')
