@@ -154,6 +154,8 @@ def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp
     assert any(suggested[10:]), "no suggestion once the first refit was done"
     page.locator("#label-progress").get_by_text(f"{LABELLED} / 40 labelled").wait_for()
     page.locator("#label-curve .wb-curve").wait_for(state="attached")
+    page.locator("#label-new").get_by_text("New project").click()  # folded, for the picture
+    page.locator("#label-file").wait_for(state="hidden")
     screenshot(page, "labelling")
 
     page.locator("#label-train").click()
