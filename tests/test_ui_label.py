@@ -51,7 +51,7 @@ def test_keys_label_skip_and_undo_with_the_next_item_in_the_answer(wb, tmp_path)
     project = _project(wb, tmp_path)
     view, *out = label_tab.open_project(wb, project["id"], "ann")
     first = _values(tuple(out))
-    assert view == {"id": project["id"], "names": ["spam", "ham"], "multi": False}
+    assert view == {"id": project["id"], "names": ["spam", "ham"], "multi": False, "claimant": None}
     assert "message number 0" in first["text"] and "No suggestion yet" in first["text"]
     assert [k.get("value") for k in first["keys"][:2]] == ["1 · spam", "2 · ham"]
     assert all(k.get("visible") is False for k in first["keys"][2:])
@@ -70,6 +70,19 @@ def test_keys_label_skip_and_undo_with_the_next_item_in_the_answer(wb, tmp_path)
     assert label_tab.press_key(wb, view, first["held"], 5, None, "ann") == (gr.skip(),) * 4  # no 6th label
     assert [(a, i, lab, u) for a, i, lab, u in _events(wb, project["id"]) if a in (EVENT_LABEL, EVENT_SKIP)] == [
         (EVENT_LABEL, first["held"]["item_id"], "ham", "ann"), (EVENT_SKIP, second["held"]["item_id"], None, "ann")]
+
+
+def test_without_sign_in_each_browser_holds_its_own_claims(wb, tmp_path):
+    project = _project(wb, tmp_path)
+    one = label_tab.open_project(wb, project["id"], "", "browser-a")
+    two = label_tab.open_project(wb, project["id"], "", "browser-b")
+    assert one[2]["item_id"] != two[2]["item_id"]
+    assert label_tab.open_project(wb, project["id"], "", "browser-a")[2] == one[2]  # a refresh: the same text
+    after = _values(label_tab.press_key(wb, two[0], two[2], 0, None, ""))
+    assert after["held"]["item_id"] not in (one[2]["item_id"], two[2]["item_id"])
+    with wb.db.session() as session:
+        assert session.get(LabelItem, two[2]["item_id"]).labelled_by == ""
+    assert label_tab.new_claimant() != label_tab.new_claimant()
 
 
 def test_the_suggestion_is_highlighted_and_enter_accepts_it(wb, tmp_path):

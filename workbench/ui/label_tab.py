@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -199,13 +200,21 @@ def item_values(view: Optional[dict], item: Optional[dict], full: bool = True) -
     return item_html(item, view), held, ticks, rest
 
 
-def open_project(wb, project_id: Any, user: str) -> tuple:
-    """Pick a project: its view and the user's next item (their live claim again after a refresh)."""
+def new_claimant() -> str:
+    """A name for one browser's claims when nobody signs in (kept in the browser's storage)."""
+    return f"browser-{secrets.token_hex(6)}"
+
+
+def open_project(wb, project_id: Any, user: str, claimant: Optional[str] = None) -> tuple:
+    """Pick a project: its view and the user's next item (their live claim again after a refresh). ``claimant``
+    holds the claims instead of ``user`` (with sign-in off, one name per browser: two browsers never get
+    the same text, and a refresh gets its own back); the view keeps it for the keys."""
     pid = project_number(project_id)
     if pid is None:
         return (None, *item_values(None, None), *key_updates(None))
-    view = view_of(labelling.get_project(wb, pid))
-    return (view, *item_values(view, labelling.next_item(wb, pid, user)), *key_updates(view))
+    view = {**view_of(labelling.get_project(wb, pid)), "claimant": claimant or None}
+    item = labelling.next_item(wb, pid, user, claimant=view["claimant"])
+    return (view, *item_values(view, item), *key_updates(view))
 
 
 def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
@@ -215,7 +224,8 @@ def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
         result = act()
     except (InvalidState, NotFound) as exc:
         gr.Warning(fmt.ui_message(exc))
-        return item_values(view, labelling.next_item(wb, view["id"], user), full=False)
+        return item_values(view, labelling.next_item(wb, view["id"], user, claimant=view.get("claimant")),
+                           full=False)
     return item_values(view, result["next"], full=False)
 
 
@@ -224,7 +234,8 @@ def give(wb, view: Optional[dict], held: Optional[dict], label: Any, user: str) 
     if not view or not held:
         raise gr.Error("Pick a project with texts left to label first.")
     return _next_after(wb, view, held, user,
-                       lambda: labelling.give_label(wb, view["id"], held["item_id"], label, user))
+                       lambda: labelling.give_label(wb, view["id"], held["item_id"], label, user,
+                                                    claimant=view.get("claimant")))
 
 
 def press_key(wb, view: Optional[dict], held: Optional[dict], index: int, chosen: Any, user: str) -> tuple:
@@ -256,7 +267,8 @@ def skip(wb, view: Optional[dict], held: Optional[dict], user: str) -> tuple:
     """S: put the item at the back of the queue and show the next one."""
     if not view or not held:
         raise gr.Error("Pick a project with texts left to label first.")
-    return _next_after(wb, view, held, user, lambda: labelling.skip_item(wb, view["id"], held["item_id"], user))
+    return _next_after(wb, view, held, user, lambda: labelling.skip_item(wb, view["id"], held["item_id"], user,
+                                                                         claimant=view.get("claimant")))
 
 
 def undo(wb, view: Optional[dict], user: str) -> tuple:
@@ -264,7 +276,7 @@ def undo(wb, view: Optional[dict], user: str) -> tuple:
     if not view:
         raise gr.Error("Pick a project first.")
     try:
-        result = labelling.undo_last(wb, view["id"], user)
+        result = labelling.undo_last(wb, view["id"], user, claimant=view.get("claimant"))
     except InvalidState as exc:
         gr.Warning(fmt.ui_message(exc))
         return gr.skip(), gr.skip(), gr.skip(), gr.skip()
@@ -525,10 +537,16 @@ def build(wb) -> LabelTab:
 def _wire_labelling(wb, project: gr.Dropdown, view: gr.State, held: gr.State, ui: _Labelling,
                     item_outputs: list) -> tuple:
     """Keys and buttons; returns the (fn, inputs, outputs) that opens the picked project."""
-    def on_project(project_id, request: gr.Request):
-        return open_project(wb, project_id, user_of(request))
+    # With sign-in off every browser is the user "": each holds its claims under a name of its own, kept in
+    # its storage (a refresh gets its text back, a second browser another text).
+    claimant = gr.BrowserState("", storage_key="wb-label-claimant")
 
-    opened = (on_project, [project], [view, *item_outputs, *ui.keys])
+    def on_project(project_id, stored, request: gr.Request):
+        user = user_of(request)
+        held_by = None if user else (str(stored or "") or new_claimant())
+        return (*open_project(wb, project_id, user, held_by), held_by or gr.skip())
+
+    opened = (on_project, [project, claimant], [view, *item_outputs, *ui.keys, claimant])
     # The item's event answers with the next item only; queue=False: it skips Gradio's queue (no wait behind
     # a slow event, one HTTP round trip), which is what keeps the next text under 200 ms.
     fast = {"show_progress": "hidden", "queue": False}
