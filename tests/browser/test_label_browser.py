@@ -142,7 +142,7 @@ def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp
                 "label-key-2", "label-key-1")
             colours = page.evaluate("(ids) => ids.map((id) => getComputedStyle(document.getElementById(id))"
                                     ".backgroundColor)", [lit, other])
-            assert colours[0] != colours[1], colours
+            assert colours[0] != colours[1], (colours, page.locator("#label-item").evaluate("e => e.outerHTML"))
         if hint.startswith(f"Suggested: {label}"):
             page.keyboard.press("Enter")
         else:

@@ -171,11 +171,12 @@ def key_updates(view: Optional[dict]) -> list:
 
 def highlight_css() -> str:
     """The style that highlights the key of each suggested label: ``#label-item[data-suggested~="N"]`` lights
-    ``#label-key-N`` (CSS ``:has``), so the highlight comes with the text in one answer."""
+    ``#label-key-N`` (CSS ``:has``), so the highlight comes with the text in one answer; at once (the buttons'
+    colour transition would show the new text beside the old highlight for a moment)."""
     return "\n".join(
         f'body:has(#label-item[data-suggested~="{i}"]) #label-key-{i} {{ background: '
         "var(--button-primary-background-fill); color: var(--button-primary-text-color); "
-        "border-color: var(--button-primary-border-color); }" for i in range(1, MAX_KEYS + 1))
+        "border-color: var(--button-primary-border-color); transition: none; }" for i in range(1, MAX_KEYS + 1))
 
 
 def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
