@@ -1,5 +1,6 @@
 """Label tab in Chromium: a person creates a project from a file of 40 texts, labels 30 of them with the keyboard
-only, sees the suggestions once the first refit is done, and hands the labels to a training run that succeeds.
+only, sees the suggestions once the first refit is done, exports the labels and hands them to a training run
+that succeeds.
 
 The server runs without its worker; this test runs the queue itself, in a thread, with the real labelling jobs
 on a hashed bag-of-words embedder (no model to load) and the fake trainer: the page and the jobs are real, the
@@ -157,6 +158,9 @@ def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp
     page.locator("#label-new").get_by_text("New project").click()  # folded, for the picture
     page.locator("#label-file").wait_for(state="hidden")
     screenshot(page, "labelling")
+
+    page.locator("#label-export").click()
+    page.locator("#label-export-file [aria-label='project-1-labels.csv']").wait_for()
 
     page.locator("#label-train").click()
     wait_run_status(page, "succeeded", timeout=60_000)
