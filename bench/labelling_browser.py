@@ -82,7 +82,7 @@ def embedder(dim: int):
 
 
 class Runner:
-    """Label jobs in threads of this process, with ``embed`` in place of the model's encoder."""
+    """Label jobs in threads of this process, with ``embed`` in place of the model's encoder (``--in-process``)."""
 
     def __init__(self, wb, embed):
         self.wb, self.embed = wb, embed
@@ -164,14 +164,44 @@ def summary(times: list[float]) -> dict:
             "max_ms": round(max(times), 1), "mean_ms": round(statistics.fmean(times), 1)}
 
 
-def refitting(wb, pid: int, embed, stop: threading.Event):
-    """A worker running label jobs here, and a thread that queues a refit whenever none is queued or running,
-    until ``stop`` is set; returns (the worker, the thread)."""
+def make_runner(wb, args):
+    """How jobs run: as the real worker runs them, one process each (``python -m bench.labelling_browser
+    RUN_ID --attempt N --as-job``: ``run_job.main`` with the hashed embedder, at ``--job-nice``), or in threads
+    of this process (``--in-process``)."""
+    if args.in_process:
+        return Runner(wb, embedder(args.dim))
+    from jobs.queue.runner import SubprocessRunner
+
+    return SubprocessRunner(module="bench.labelling_browser",
+                            extra_args=("--as-job", f"--dim={args.dim}", f"--job-nice={args.job_nice}"))
+
+
+def job_main(argv: list[str]) -> int:
+    """One job's process (``--as-job``): ``jobs.process.run_job.main`` with the hashed embedder and the fake
+    trainer, at the niceness asked."""
+    from functools import partial
+
+    from jobs.labelling.job import run_label_job
+    from jobs.process import run_job
+    from jobs.process.fake_runner import fake_predict, fake_train
+
+    dim = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--dim=")), 384)
+    nice = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--job-nice=")), 0)
+    if nice:
+        os.nice(nice)
+    rest = [a for a in argv if a != "--as-job" and not a.startswith(("--dim=", "--job-nice="))]
+    return run_job.main(rest, train_fn=fake_train, predict_fn=fake_predict,
+                        label_fn=partial(run_label_job, embedder=embedder(dim)))
+
+
+def refitting(wb, pid: int, runner, stop: threading.Event):
+    """A worker running label jobs with ``runner``, and a thread that queues a refit whenever none is queued or
+    running, until ``stop`` is set; returns (the worker, the thread)."""
     from jobs.queue.worker import EmbeddedWorker, Worker
     from storage.models import KIND_LABEL_REFIT, QUEUED, RUNNING, Run
     from workbench.services import labelling
 
-    worker = EmbeddedWorker(Worker(wb, Runner(wb, embed), max_jobs=2, gpus=[])).start()
+    worker = EmbeddedWorker(Worker(wb, runner, max_jobs=2, gpus=[])).start()
 
     def keep_refitting() -> None:
         while not stop.is_set():
@@ -227,6 +257,8 @@ def main(argv=None) -> int:
     parser.add_argument("--labels", type=int, default=50)
     parser.add_argument("--pool", type=int, default=4460)
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--job-nice", type=int, default=0, help="niceness of each job's process")
+    parser.add_argument("--in-process", action="store_true", help="run the jobs in threads of this process")
     parser.add_argument("--output", default=str(RESULTS))
     args = parser.parse_args(argv)
 
@@ -250,15 +282,17 @@ def main(argv=None) -> int:
     wb = open_workbench(Settings.from_env({}, home=str(home)))
     project = labelling.create_project(wb, pool, ["ham", "spam"], name="sms")
     pid = project["id"]
-    embed = embedder(args.dim)
-    worker = EmbeddedWorker(Worker(wb, Runner(wb, embed), max_jobs=2, gpus=[])).start()
+    worker = EmbeddedWorker(Worker(wb, make_runner(wb, args), max_jobs=2, gpus=[])).start()
     started = time.perf_counter()
-    while labelling.project_status(wb, pid)["jobs"]["embed"]["status"] != "succeeded":
+    while (job := labelling.project_status(wb, pid)["jobs"]["embed"])["status"] != "succeeded":
+        if job["status"] in ("failed", "cancelled"):
+            raise RuntimeError(f"the embed job {job['status']}: {job.get('error')}")
         time.sleep(0.2)
     embed_s = time.perf_counter() - started
     worker.stop()
     process, url = serve(home)
-    result = {"pool": len(rows), "dim": args.dim, "labels_per_phase": args.labels, "goal_p95_ms": GOAL_MS,
+    result = {"pool": len(rows), "dim": args.dim, "jobs": "in this process (threads)" if args.in_process else
+              f"one process each, as the worker runs them, at niceness {args.job_nice}", "labels_per_phase": args.labels, "goal_p95_ms": GOAL_MS,
               "embed_job_seconds_hashed": round(embed_s, 2), "machine": f"{platform.node()}, {os.cpu_count()} CPUs",
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "load_average_before": [round(x, 1) for x in os.getloadavg()]}
@@ -282,7 +316,7 @@ def main(argv=None) -> int:
 
             stop = threading.Event()
             refits: list[float] = []
-            worker, feeder = refitting(wb, pid, embed, stop)
+            worker, feeder = refitting(wb, pid, make_runner(wb, args), stop)
             phase = time.perf_counter()
             calls = []
             result["refit"] = summary(label_keys(page, truth, args.labels, calls))
@@ -308,7 +342,7 @@ def main(argv=None) -> int:
     result["service_give_label"] = summary(give_labels(wb, pid, args.labels))
     print("service", result["service_give_label"])
     stop = threading.Event()
-    worker, feeder = refitting(wb, pid, embed, stop)
+    worker, feeder = refitting(wb, pid, make_runner(wb, args), stop)
     result["service_give_label_during_refits"] = summary(give_labels(wb, pid, args.labels, pause=0.1))
     stop.set()
     feeder.join()
@@ -324,4 +358,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(job_main(sys.argv[1:]) if "--as-job" in sys.argv else main())
