@@ -266,7 +266,7 @@ def main(argv=None) -> int:
 
     from jobs.queue.worker import EmbeddedWorker, Worker
     from storage.context import open_workbench
-    from storage.models import KIND_LABEL_REFIT, QUEUED, RUNNING, Run
+    from storage.models import KIND_LABEL_REFIT, Run
     from storage.settings import Settings
     from workbench.services import labelling
 

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select, update
 
 from storage.models import EVENT_LABEL, EVENT_SKIP, Audit, LabelEstimate, LabelEvent, LabelItem
-from workbench.services import labelling
 from workbench.ui import audit_panel, label_tab, plots
 
 
@@ -60,12 +59,15 @@ def test_keys_label_skip_and_undo_with_the_next_item_in_the_answer(wb, tmp_path)
     assert label_tab.open_project(wb, project["id"], "bob")[2]["item_id"] != first["held"]["item_id"]
     with pytest.raises(gr.Error, match="No suggestion"):
         label_tab.accept(wb, view, first["held"], None, "ann")
+    nothing = _values(label_tab.undo(wb, view, "ann"))  # nothing to undo yet: the same text, and why
+    assert nothing["held"] == first["held"] and "nothing to undo" in nothing["text"]
 
     second = _values(label_tab.press_key(wb, view, first["held"], 1, None, "ann"))  # key 2: ham
     assert second["held"]["item_id"] not in (first["held"]["item_id"], None)
     assert f"data-item='{second['held']['item_id']}'" in second["text"]
     third = _values(label_tab.skip(wb, view, second["held"], "ann"))
     back = _values(label_tab.undo(wb, view, "ann"))  # the skip is undone: its item is on screen again
+    assert "label-notice" not in back["text"]
     assert back["held"]["item_id"] == second["held"]["item_id"] != third["held"]["item_id"]
     assert label_tab.press_key(wb, view, first["held"], 5, None, "ann") == (gr.skip(),) * 4  # no 6th label
     assert [(a, i, lab, u) for a, i, lab, u in _events(wb, project["id"]) if a in (EVENT_LABEL, EVENT_SKIP)] == [
@@ -83,6 +85,16 @@ def test_without_sign_in_each_browser_holds_its_own_claims(wb, tmp_path):
     with wb.db.session() as session:
         assert session.get(LabelItem, two[2]["item_id"]).labelled_by == ""
     assert label_tab.new_claimant() != label_tab.new_claimant()
+
+
+def test_a_text_taken_by_another_labeller_meanwhile_is_reported_and_the_next_one_shown(wb, tmp_path):
+    project = _project(wb, tmp_path)
+    view, *out = label_tab.open_project(wb, project["id"], "ann")
+    held = out[1]
+    with wb.db.session() as session:  # ann's lease ran out and bob took the text
+        session.execute(update(LabelItem).where(LabelItem.id == held["item_id"]).values(claimed_by="bob"))
+    shown = _values(label_tab.press_key(wb, view, held, 0, None, "ann"))
+    assert "is being labelled by bob" in shown["text"] and shown["held"]["item_id"] != held["item_id"]
 
 
 def test_the_suggestion_is_highlighted_and_enter_accepts_it(wb, tmp_path):

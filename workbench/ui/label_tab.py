@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from workbench.errors import InvalidState, NotFound, WorkbenchError
+from workbench.errors import InvalidState, NotFound
 from workbench.services import labelling
 from workbench.services import runs as runs_service
 from workbench.ui import format as fmt
@@ -125,9 +125,10 @@ def _suggested(item: Optional[dict]) -> list[str]:
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
 
 
-def item_html(item: Optional[dict], view: Optional[dict]) -> str:
-    """The text to label, large, with the suggestion and its calibrated confidence; ``data-item`` names the
-    item (the keyboard test and the benchmark wait on it)."""
+def item_html(item: Optional[dict], view: Optional[dict], notice: str = "") -> str:
+    """The text to label, large, with the suggestion and its calibrated confidence, and ``notice`` above it (why
+    the last key did not do what it says: a label's event skips Gradio's queue, which carries its pop-ups);
+    ``data-item`` names the item (the keyboard test and the benchmark wait on it)."""
     if view is None:
         return ("<div id='label-item' data-item=''><p class='wb-muted'>Pick a project above, or create one from a "
                 "file of texts.</p></div>")
@@ -156,7 +157,8 @@ def item_html(item: Optional[dict], view: Optional[dict]) -> str:
     external = html.escape(str(item.get("external_id") or ""))
     names = view["names"][:MAX_KEYS]
     keys = " ".join(str(names.index(name) + 1) for name in suggested if name in names)
-    return (f"<div id='label-item' data-item='{int(item['item_id'])}' data-suggested='{keys}'>"
+    notice = f"<p class='wb-error' id='label-notice'>{html.escape(notice)}</p>" if notice else ""
+    return (f"<div id='label-item' data-item='{int(item['item_id'])}' data-suggested='{keys}'>{notice}"
             f"<div class='wb-muted'>text {external} {' '.join(tags)}</div>"
             f"<div class='wb-label-text'>{html.escape(str(item['text']))}</div>{suggestion}</div>")
 
@@ -189,7 +191,7 @@ def ticked(view: Optional[dict], item: Optional[dict]) -> Any:
     return gr.update(visible=True, choices=list(view["names"]), value=chosen)
 
 
-def item_values(view: Optional[dict], item: Optional[dict], full: bool = True) -> tuple:
+def item_values(view: Optional[dict], item: Optional[dict], full: bool = True, notice: str = "") -> tuple:
     """What every event that shows an item returns: the text, the item kept for the next key, the tick boxes
     and the "other label" picker. With ``full`` off (the next item after a key) the pickers a single-label
     project without more than nine labels never shows are skipped: a label's answer stays small."""
@@ -198,7 +200,7 @@ def item_values(view: Optional[dict], item: Optional[dict], full: bool = True) -
     many = len(names) > MAX_KEYS and not (view or {}).get("multi")
     rest = gr.update(visible=many, choices=names[MAX_KEYS:], value=None) if full or many else gr.skip()
     ticks = ticked(view, item) if full or (view or {}).get("multi") else gr.skip()
-    return item_html(item, view), held, ticks, rest
+    return item_html(item, view, notice), held, ticks, rest
 
 
 def new_claimant() -> str:
@@ -224,9 +226,8 @@ def _next_after(wb, view: dict, held: Optional[dict], user: str, act) -> tuple:
     try:
         result = act()
     except (InvalidState, NotFound) as exc:
-        gr.Warning(fmt.ui_message(exc))
         return item_values(view, labelling.next_item(wb, view["id"], user, claimant=view.get("claimant")),
-                           full=False)
+                           full=False, notice=fmt.ui_message(exc))
     return item_values(view, result["next"], full=False)
 
 
@@ -278,9 +279,9 @@ def undo(wb, view: Optional[dict], user: str) -> tuple:
         raise gr.Error("Pick a project first.")
     try:
         result = labelling.undo_last(wb, view["id"], user, claimant=view.get("claimant"))
-    except InvalidState as exc:
-        gr.Warning(fmt.ui_message(exc))
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+    except InvalidState as exc:  # nothing to undo: the text on screen stays, with why
+        return item_values(view, labelling.next_item(wb, view["id"], user, claimant=view.get("claimant")),
+                           full=False, notice=fmt.ui_message(exc))
     return item_values(view, result["next"])
 
 
