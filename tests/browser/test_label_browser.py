@@ -131,6 +131,11 @@ def test_label_thirty_texts_with_the_keyboard_then_train(label_server, page, tmp
     page.locator("#label-jobs").get_by_text("Embedding the pool: succeeded").wait_for()
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
 
+    first = _shown(page)[0]
+    page.keyboard.press("Enter")  # no suggestion yet: the text stays, and the page says why
+    page.locator("#label-notice").get_by_text("No suggestion for this text yet").wait_for()
+    assert _shown(page)[0] == first
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
     seen, suggested = [], []
     for n in range(LABELLED):
         item, text, hint = _shown(page)

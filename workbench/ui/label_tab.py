@@ -260,8 +260,9 @@ def accept(wb, view: Optional[dict], held: Optional[dict], chosen: Any, user: st
         raise gr.Error("Pick a project with texts left to label first.")
     if view["multi"]:
         return give(wb, view, held, sorted(chosen or []), user)
-    if held.get("suggestion") is None:
-        raise gr.Error("No suggestion for this text yet: press its label's key (1–9) instead.")
+    if held.get("suggestion") is None:  # the same text stays (the user's live claim), with why
+        return item_values(view, labelling.next_item(wb, view["id"], user, claimant=view.get("claimant")),
+                           full=False, notice="No suggestion for this text yet: press its label's key (1–9).")
     return give(wb, view, held, held["suggestion"], user)
 
 
