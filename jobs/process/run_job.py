@@ -6,7 +6,8 @@ down, resolves the run's data files and parent model, trains through
 outcome itself (conditional on still owning the attempt). A run of kind
 "predict" or "evaluate" instead puts its parent run's model to work through
 ``jobs.predict`` (see ``jobs.predict.spec``), and one of kind "export" writes it
-as ONNX through ``jobs.export``, with the same outcomes. The exit
+as ONNX through ``jobs.export``, and the labelling kinds (label-embed, label-refit) do a labelling project's
+background work through ``jobs.labelling.job``, with the same outcomes. The exit
 code tells the worker what happened; a process that dies without recording
 anything (a segfault, the OOM killer) is recorded by the worker from its exit signal.
 """
@@ -38,8 +39,8 @@ from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
 from storage.errors import TrainingError, WorkbenchError
-from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, PRUNED,
-                            SUCCEEDED, Artifact, MetricPoint, Run)
+from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, LABEL_KINDS,
+                            PRUNED, SUCCEEDED, Artifact, MetricPoint, Run)
 from storage.settings import Settings
 
 log = logging.getLogger("jobs.process.run_job")
@@ -50,7 +51,8 @@ WRITE_INTERVAL_S = 1.0
 TrainFn = Callable[..., Mapping[str, Any]]
 # predict_fn(spec, model, output_dir, reporter, device=...) and
 # evaluate_fn(spec, model, records_paths, output_dir, reporter, device=...): see jobs.predict.spec;
-# export_fn(spec, model, run_spec, output_dir, reporter, device=...): see jobs.export.job.run_export.
+# export_fn(spec, model, run_spec, output_dir, reporter, device=...): see jobs.export.job.run_export;
+# label_fn(wb, run_id, kind, spec, output_dir, reporter, device=...): see jobs.labelling.job.run_label_job.
 JobFn = Callable[..., Mapping[str, Any]]
 
 
@@ -273,12 +275,14 @@ def _final_metrics(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, predict_fn: Optional[JobFn] = None,
-            evaluate_fn: Optional[JobFn] = None, export_fn: Optional[JobFn] = None) -> int:
+            evaluate_fn: Optional[JobFn] = None, export_fn: Optional[JobFn] = None,
+            label_fn: Optional[JobFn] = None) -> int:
     """Run one attempt of one run and record its outcome; returns the process exit code.
 
     The run's kind picks the work: training through ``train_fn``, a prediction through ``predict_fn``, an
-    evaluation through ``evaluate_fn``, an ONNX export through ``export_fn`` (by default the real ones, imported
-    only when needed). Cancel, a lost lease and failures are recorded the same way for every kind."""
+    evaluation through ``evaluate_fn``, an ONNX export through ``export_fn``, a labelling project's job through
+    ``label_fn`` (by default the real ones, imported only when needed). Cancel, a lost lease and failures are
+    recorded the same way for every kind."""
     with wb.db.session() as session:
         run = session.get(Run, run_id)
         if run is None or run.attempts != attempt:
@@ -287,6 +291,8 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
         raw_spec, output_dir, kind = dict(run.spec), Path(run.output_dir), run.kind
         sweep_id, trial_number = run.sweep_id, run.trial_number
     output_dir.mkdir(parents=True, exist_ok=True)
+    if kind in LABEL_KINDS:
+        return _execute_label_job(wb, run_id, attempt, kind, raw_spec, output_dir, label_fn or _real_label_job)
     if kind != KIND_TRAIN:
         return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir, {
             KIND_PREDICT: predict_fn or _real_prediction, KIND_EVALUATE: evaluate_fn or _real_evaluation,
@@ -344,6 +350,23 @@ def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: 
         log.exception("run %s (%s) failed", run_id, kind)
         reporter.flush()
         _record_failure(wb, run_id, attempt, exc, spec, output_dir)
+        return EXIT_FAILED
+    return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
+
+
+def _execute_label_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: dict[str, Any],
+                       output_dir: Path, label_fn: JobFn) -> int:
+    """A labelling project's embed or refit job (its spec names the project); cancel, failure and success
+    recorded as for a training run."""
+    reporter = DbReporter(wb.db, run_id, attempt)
+    try:
+        result = label_fn(wb, run_id, kind, raw_spec, output_dir, reporter, device=wb.settings.device)
+    except Cancelled:
+        return _stopped(wb, run_id, attempt, reporter)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a sentence on the job
+        log.exception("run %s (%s) failed", run_id, kind)
+        reporter.flush()
+        _record_failure(wb, run_id, attempt, exc, None, output_dir)
         return EXIT_FAILED
     return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
 
@@ -477,6 +500,12 @@ def _real_export(*args, **kwargs):
     return run_export(*args, **kwargs)
 
 
+def _real_label_job(*args, **kwargs):
+    from jobs.labelling.job import run_label_job  # scikit-learn, and torch when texts are to be embedded
+
+    return run_label_job(*args, **kwargs)
+
+
 def _real_evaluation(*args, **kwargs):
     from jobs.predict.evaluate import run_evaluation
 
@@ -485,7 +514,7 @@ def _real_evaluation(*args, **kwargs):
 
 def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *,
          predict_fn: Optional[JobFn] = None, evaluate_fn: Optional[JobFn] = None,
-         export_fn: Optional[JobFn] = None) -> int:
+         export_fn: Optional[JobFn] = None, label_fn: Optional[JobFn] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.process.run_job", description=__doc__.splitlines()[0])
     parser.add_argument("run_id", type=int)
     parser.add_argument("--attempt", type=int, required=True)
@@ -502,7 +531,7 @@ def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *
     wb = Workbench(settings, Database(settings.database_url, migrate=False))
     try:
         code = execute(wb, args.run_id, args.attempt, train_fn or _real_training, predict_fn=predict_fn,
-                       evaluate_fn=evaluate_fn, export_fn=export_fn)
+                       evaluate_fn=evaluate_fn, export_fn=export_fn, label_fn=label_fn)
     finally:
         wb.close()
     # A rank's non-zero exit makes the launcher tear the others down and print a failure report; a

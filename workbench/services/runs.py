@@ -28,8 +28,8 @@ from jobs.queue.runner import PROCESS_LOG
 from jobs.specs.run import RunSpec
 from jobs.queue.states import ACTIVE, TERMINAL
 from storage.context import Workbench
-from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, QUEUED, RUN_KINDS, RUNNING, SHORT_KINDS, SUCCEEDED,
-                            Dataset, MetricPoint, Run, Worker, utcnow)
+from storage.models import (CANCELLING, KIND_PREDICT, KIND_TRAIN, LABEL_KINDS, QUEUED, RUN_KINDS, RUNNING, SHORT_KINDS,
+                            SUCCEEDED, Dataset, MetricPoint, Run, Worker, utcnow)
 from workbench.errors import ConfigError, InvalidState, NotFound, WorkbenchError
 from workbench.services import exports as exports_service
 from workbench.services.predictions import forget_input
@@ -117,7 +117,9 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
               order_by: str = "-created_at", limit: int = 100, offset: int = 0,
               sweep_id: Optional[int] = None, kind: Optional[str] = None) -> list[dict[str, Any]]:
     """One query, the table's columns only, newest first by default (``order_by="id"`` for oldest);
-    ``sweep_id`` keeps only that sweep's trials, ``kind`` only training runs or prediction/evaluation/export jobs."""
+    ``sweep_id`` keeps only that sweep's trials, ``kind`` only training runs or prediction/evaluation/export jobs.
+    A labelling project's jobs (``LABEL_KINDS``: embed, refit, dozens per project) are listed only when ``kind``
+    asks for one of them; the project's page shows them."""
     if kind is not None and kind not in RUN_KINDS:
         raise ConfigError(f"kind must be one of {', '.join(RUN_KINDS)}, not {kind!r}")
     descending = order_by.startswith("-")
@@ -129,8 +131,7 @@ def list_runs(wb: Workbench, status: Optional[str] = None, search: Optional[str]
         stmt = stmt.where(Run.status == status)
     if sweep_id is not None:
         stmt = stmt.where(Run.sweep_id == sweep_id)
-    if kind is not None:
-        stmt = stmt.where(Run.kind == kind)
+    stmt = stmt.where(Run.kind == kind) if kind is not None else stmt.where(Run.kind.not_in(LABEL_KINDS))
     if search:
         # autoescape: `%` and `_` in the search are characters to find, not LIKE wildcards.
         text = search.lower()

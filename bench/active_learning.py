@@ -1,0 +1,384 @@
+"""Active learning, simulated: a labeller who answers with the gold label, the default strategy against random.
+
+    python bench/active_learning.py [--data /work/shared/data] [--only sms,trec,amazon] [--seeds 0,1,2]
+                                    [--budget 500] [--batch 10] [--speed] [--plot] [--real]
+
+For each shared set (SMS spam, TREC-6, VADER amazon snippets) the training file is the unlabelled pool and the
+test file scores the model. Each run starts from 0 labels and takes batches of 10 up to 500 labels:
+
+- ``default``: the loop as the app runs it: the first batch in coverage order (the item nearest each cluster's
+  centre), then after every batch a refit of the fast model and ``rank_pool(strategy="margin")`` (margin with one
+  item per cluster per round, 10 % random share);
+- ``random``: uniform random sampling, the control.
+
+After every batch the fast model (``jobs.labelling.fast_model.FastModel``: logistic regression on the frozen
+all-MiniLM-L6-v2 embeddings) is refitted on the labels and scored on the test file (accuracy, and macro-F1), and
+the loop's own estimate (``jobs.labelling.curve.estimate``) is recorded beside it: the benchmark reports how often
+its interval held the true test score. The reference is the same fast model fitted on the whole pool.
+
+``--speed`` times one refit as the label-refit job does it (fit on 100 / 500 / 1,000 labels, predict_proba on a
+10,000-text pool, estimate, rank_pool); ``--plot`` draws docs/labelling_curves.png from the results;
+``--real`` would train real runs at 100/200/500 labels (not implemented in this session: see
+docs/labelling_measured.md). Embeddings are cached under bench/.cache/active_learning (gitignored).
+Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again).
+Runs on one torch and one BLAS thread: the machine's two cores are shared.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from jobs.labelling import coverage, curve, strategies  # noqa: E402
+from jobs.labelling.fast_model import FastModel  # noqa: E402
+
+log = logging.getLogger("bench.active_learning")
+RESULTS = ROOT / "bench" / "results" / "active_learning.json"
+CACHE = ROOT / "bench" / ".cache" / "active_learning"
+PLOT = ROOT / "docs" / "labelling_curves.png"
+DATA_CANDIDATES = (ROOT.parent / "shared" / "data", Path("/work/shared/data"))
+SETS = {"sms": "sms_spam_collection", "trec": "trec_question_type_train5500", "amazon": "vader_amazon"}
+TITLES = {"sms": "SMS spam", "trec": "TREC-6", "amazon": "VADER amazon"}
+STRATEGIES = ("default", "random")
+CHECKPOINTS = (100, 200, 500)
+TARGET = 0.95  # share of the full-pool score a strategy must reach
+
+
+# --- data and embeddings ---------------------------------------------------------------------------------------
+
+def data_folder(given: str | None) -> Path:
+    for folder in ([Path(given)] if given else list(DATA_CANDIDATES)):
+        if (folder / "sms_spam_collection").is_dir():
+            return folder
+    raise SystemExit("no shared data found: pass --data /path/to/shared/data")
+
+
+def read_split(folder: Path, split: str) -> tuple[list[str], list[str]]:
+    with (folder / f"{split}.csv").open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [r["text"] for r in rows], [r["label"] for r in rows]
+
+
+def embedded(data: Path, name: str, split: str) -> tuple[np.ndarray, list[str]]:
+    """L2-normalised frozen embeddings of a split (cached) and its gold labels."""
+    texts, labels = read_split(data / SETS[name], split)
+    path = CACHE / f"{name}_{split}.npy"
+    if path.exists():
+        emb = np.load(path)
+        if len(emb) == len(texts):
+            return emb, labels
+    import torch
+
+    from jobs.training.catalogue import packaged_model_path
+    from jobs.training.sentence_model import frozen_embeddings
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    emb = frozen_embeddings([{"text": t} for t in texts], str(packaged_model_path()))
+    emb = (emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    log.info("embedded %s/%s: %d texts in %.1f s", name, split, len(texts), time.perf_counter() - started)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, emb)
+    return emb, labels
+
+
+# --- scores ----------------------------------------------------------------------------------------------------
+
+def scores(model: FastModel, X: np.ndarray, gold: np.ndarray) -> dict:
+    predicted = np.argmax(model.predict_proba(X), axis=1)
+    f1s = []
+    for c in range(len(model.classes)):
+        tp = int(((predicted == c) & (gold == c)).sum())
+        fp = int(((predicted == c) & (gold != c)).sum())
+        fn = int(((predicted != c) & (gold == c)).sum())
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return {"accuracy": float((predicted == gold).mean()), "macro_f1": float(np.mean(f1s))}
+
+
+def full_pool_score(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_gold: np.ndarray,
+                    classes: list[str]) -> dict:
+    return scores(FastModel(classes).fit(pool, pool_labels), test, test_gold)
+
+
+# --- the simulation --------------------------------------------------------------------------------------------
+
+def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_gold: np.ndarray, classes: list[str],
+             strategy: str, seed: int, budget: int, batch: int, random_share: float = 0.1) -> list[dict]:
+    """One run from 0 labels to ``budget``: a point per refit (every ``batch`` labels)."""
+    n = len(pool)
+    clusters = coverage.cluster_pool(pool, seed=seed)
+    labelled = np.zeros(n, dtype=bool)
+    random_flag = np.zeros(n, dtype=bool)
+    if strategy == "default":
+        order, picks = coverage.coverage_order(pool, clusters, seed=seed), np.zeros(n, dtype=bool)
+    else:
+        order, picks = strategies.rank_pool(None, clusters, ~labelled, "random", seed=seed)
+    previous = None
+    estimates: list[curve.Estimate] = []
+    points = []
+    for step in range(budget // batch):
+        take = order[:batch]
+        labelled[take] = True
+        random_flag[take] = picks[:batch]
+        started = time.perf_counter()
+        rows = np.flatnonzero(labelled)
+        y = [pool_labels[i] for i in rows]
+        model = FastModel(classes, seed=seed).fit(pool[rows], y)
+        proba = model.predict_proba(pool)
+        predicted = np.argmax(proba, axis=1)
+        agreement = curve.agreement(previous, predicted)
+        previous = predicted
+        point = curve.estimate(pool[rows], y, random_flag[rows], classes, False, seed=seed, agreement=agreement)
+        estimates.append(point)
+        hint = curve.stop_hint(estimates)
+        order, picks = strategies.rank_pool(proba, clusters, ~labelled, "margin" if strategy == "default" else
+                                            "random", random_share=random_share, seed=seed * 1000 + step,
+                                            batch=batch)
+        seconds = time.perf_counter() - started
+        true = scores(model, test, test_gold)
+        points.append({"labels": int(labelled.sum()), **{k: round(v, 4) for k, v in true.items()},
+                       "estimate": _round(point.estimate), "low": _round(point.low), "high": _round(point.high),
+                       "majority": _round(point.majority), "source": point.source,
+                       "agreement": _round(agreement), "stop_hint": hint is not None,
+                       "random_labels": int(random_flag[rows].sum()), "seconds": round(seconds, 3)})
+    return points
+
+
+def _round(value):
+    return None if value is None else round(float(value), 4)
+
+
+# --- summary ---------------------------------------------------------------------------------------------------
+
+def mean_curve(runs: list[list[dict]], key: str = "accuracy") -> tuple[np.ndarray, np.ndarray]:
+    labels = np.array([p["labels"] for p in runs[0]])
+    return labels, np.mean([[p[key] for p in run] for run in runs], axis=0)
+
+
+def labels_to_reach(labels: np.ndarray, values: np.ndarray, target: float) -> int | None:
+    hit = np.flatnonzero(values >= target)
+    return int(labels[hit[0]]) if len(hit) else None
+
+
+def summarise(results: dict) -> dict:
+    summary = {}
+    for name in SETS:
+        if name not in results.get("full", {}):
+            continue
+        full = results["full"][name]["accuracy"]
+        entry = {"full_pool_accuracy": full, "target_accuracy": round(TARGET * full, 4)}
+        for strategy in STRATEGIES:
+            runs = [results["runs"][k] for k in sorted(results["runs"]) if k.startswith(f"{name}/{strategy}/")]
+            if not runs:
+                continue
+            labels, acc = mean_curve(runs)
+            per_seed = [labels_to_reach(labels, np.array([p["accuracy"] for p in run]), TARGET * full) for run in runs]
+            at = {str(c): round(float(acc[labels == c][0]), 4) for c in CHECKPOINTS if c in labels}
+            f1_labels, f1 = mean_curve(runs, "macro_f1")
+            points = [p for run in runs for p in run if p["estimate"] is not None]
+            held = [p["low"] <= p["accuracy"] <= p["high"] for p in points]
+            by_source = {}
+            for kind in ("random share", "cross-validation"):
+                chosen = [p for p in points if p["source"].startswith(kind)]
+                if chosen:
+                    by_source[kind] = {"points": len(chosen),
+                                       "held": round(float(np.mean([p["low"] <= p["accuracy"] <= p["high"]
+                                                                    for p in chosen])), 3),
+                                       "mean_error": round(float(np.mean([p["estimate"] - p["accuracy"]
+                                                                          for p in chosen])), 4),
+                                       "mean_width": round(float(np.mean([p["high"] - p["low"] for p in chosen])), 4)}
+            first_hint = [next((p["labels"] for p in run if p["stop_hint"]), None) for run in runs]
+            entry[strategy] = {"seeds": len(runs), "labels_to_target_mean_curve": labels_to_reach(labels, acc,
+                                                                                                   TARGET * full),
+                               "labels_to_target_per_seed": per_seed, "accuracy_at": at,
+                               "macro_f1_at": {str(c): round(float(f1[f1_labels == c][0]), 4) for c in CHECKPOINTS
+                                               if c in f1_labels},
+                               "estimate_held_truth": round(float(np.mean(held)), 3) if held else None,
+                               "estimate_by_source": by_source, "first_stop_hint_labels": first_hint,
+                               "refit_seconds_mean": round(float(np.mean([p["seconds"] for r in runs for p in r])), 3)}
+        if "default" in entry and "random" in entry:
+            ours, theirs = entry["default"]["labels_to_target_mean_curve"], entry["random"]["labels_to_target_mean_curve"]
+            entry["label_saving"] = (round(1 - ours / theirs, 3) if ours and theirs else None)
+            entry["default_minus_random_points"] = {c: round(100 * (entry["default"]["accuracy_at"][c] -
+                                                                     entry["random"]["accuracy_at"][c]), 2)
+                                                    for c in entry["default"]["accuracy_at"]
+                                                    if c in entry["random"]["accuracy_at"]}
+        summary[name] = entry
+    return summary
+
+
+# --- refit speed -----------------------------------------------------------------------------------------------
+
+def refit_speed(data: Path, repeats: int = 3) -> dict:
+    """One label-refit's core on a 10,000-text pool: fit + predict_proba + estimate + rank_pool."""
+    parts = [embedded(data, name, split) for name in SETS for split in ("train", "test")]
+    pool = np.concatenate([emb for emb, _ in parts])[:10_000]
+    trec, trec_labels = embedded(data, "trec", "train")
+    classes = sorted(set(trec_labels))
+    clusters = coverage.cluster_pool(pool, seed=0)
+    out = {"pool": len(pool), "dim": int(pool.shape[1]), "classes": len(classes), "labels": {}}
+    for n in (100, 500, 1000):
+        X, y = trec[:n], trec_labels[:n]
+        for share_name, share in (("random share 10 %", 0.1), ("no random share (CV)", 0.0)):
+            random_pick = np.zeros(n, dtype=bool)
+            random_pick[: int(n * share)] = True
+            timings = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model = FastModel(classes).fit(X, y)
+                t1 = time.perf_counter()
+                proba = model.predict_proba(pool)
+                t2 = time.perf_counter()
+                point = curve.estimate(X, y, random_pick, classes, False)
+                t3 = time.perf_counter()
+                unlabelled = np.ones(len(pool), dtype=bool)
+                unlabelled[:n] = False
+                strategies.rank_pool(proba, clusters, unlabelled, "margin")
+                t4 = time.perf_counter()
+                timings.append([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0])
+            best = np.median(np.array(timings), axis=0)
+            out["labels"].setdefault(str(n), {})[share_name] = {
+                "fit_s": round(best[0], 3), "predict_10k_s": round(best[1], 3), "estimate_s": round(best[2], 3),
+                "rank_s": round(best[3], 3), "total_s": round(best[4], 3), "estimate_source": point.source}
+    t0 = time.perf_counter()
+    big = np.concatenate([pool] * 10)
+    big_clusters = coverage.cluster_pool(big, seed=0)
+    t1 = time.perf_counter()
+    coverage.coverage_order(big, big_clusters)
+    t2 = time.perf_counter()
+    proba = np.random.default_rng(0).dirichlet(np.ones(6), size=len(big))
+    strategies.rank_pool(proba, big_clusters, np.ones(len(big), dtype=bool), "margin")
+    t3 = time.perf_counter()
+    out["pool_100k"] = {"cluster_pool_s": round(t1 - t0, 2), "coverage_order_s": round(t2 - t1, 2),
+                        "rank_pool_s": round(t3 - t2, 3)}
+    out["threads"] = "one BLAS thread (OMP/OPENBLAS/MKL_NUM_THREADS=1)"
+    out["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
+# --- the picture -----------------------------------------------------------------------------------------------
+
+def plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in SETS if n in results.get("full", {})]
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        full = results["full"][name]["accuracy"]
+        for strategy, colour in (("default", "tab:blue"), ("random", "tab:orange")):
+            runs = [results["runs"][k] for k in sorted(results["runs"]) if k.startswith(f"{name}/{strategy}/")]
+            if not runs:
+                continue
+            labels = np.array([p["labels"] for p in runs[0]])
+            acc = np.array([[p["accuracy"] for p in run] for run in runs])
+            label = "margin + diversity (default)" if strategy == "default" else "random (control)"
+            ax.plot(labels, acc.mean(axis=0), color=colour, label=f"{label}, test")
+            ax.fill_between(labels, acc.min(axis=0), acc.max(axis=0), color=colour, alpha=0.15)
+            if strategy == "default":
+                est = np.array([[np.nan if p["estimate"] is None else p["estimate"] for p in run] for run in runs])
+                ax.plot(labels, np.nanmean(est, axis=0), color=colour, linestyle=":", label="the loop's estimate")
+        majority = [p["majority"] for k, run in results["runs"].items() if k.startswith(f"{name}/random/")
+                    for p in run if p["majority"] is not None and p["labels"] == 500]
+        if majority:
+            ax.axhline(np.mean(majority), color="grey", linestyle="--", linewidth=1, label="majority class")
+        ax.axhline(full, color="black", linewidth=1, label=f"whole pool ({full:.3f})")
+        ax.axhline(TARGET * full, color="black", linestyle=":", linewidth=1, label="95 % of it")
+        ax.set_title(f"{TITLES[name]} (pool {results['full'][name]['pool']})")
+        ax.set_xlabel("labels")
+        ax.set_ylabel("test accuracy (fast model)")
+        low = min(0.5, float(np.mean(majority)) - 0.05) if majority else 0.5
+        ax.set_ylim(max(0.0, low), 1.0)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(loc="lower right", fontsize=7)
+    fig.suptitle("Active learning, simulated (3 seeds: mean line, min-max band)")
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+    log.info("wrote %s", PLOT)
+
+
+# --- main ------------------------------------------------------------------------------------------------------
+
+def load() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {"full": {}, "runs": {}}
+
+
+def save(results: dict) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
+    os.replace(tmp, RESULTS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data")
+    parser.add_argument("--only", default=",".join(SETS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--budget", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--speed", action="store_true", help="time the refit (fit + predict 10k + estimate + rank)")
+    parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
+    parser.add_argument("--real", action="store_true", help="real runs at 100/200/500 labels (not implemented)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.real:
+        raise SystemExit("--real is not implemented yet: see docs/labelling_measured.md")
+    data = data_folder(args.data)
+    results = load()
+    results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,
+                        "model": "all-MiniLM-L6-v2 (packaged), frozen, mean-pooled, L2-normalised",
+                        "fast_model": "jobs.labelling.fast_model.FastModel (logistic regression, C=10)",
+                        "target": f"{TARGET:.0%} of the same fast model fitted on the whole pool"}
+    if args.speed:
+        results["refit_speed"] = refit_speed(data)
+        save(results)
+        log.info("refit speed: %s", json.dumps(results["refit_speed"], indent=1))
+    for name in [n for n in args.only.split(",") if n]:
+        pool, pool_labels = embedded(data, name, "train")
+        test, test_labels = embedded(data, name, "test")
+        classes = sorted(set(pool_labels))
+        test_gold = np.array([classes.index(label) for label in test_labels])
+        if name not in results["full"]:
+            results["full"][name] = {**full_pool_score(pool, pool_labels, test, test_gold, classes),
+                                     "pool": len(pool), "test": len(test), "classes": classes}
+            save(results)
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for strategy in STRATEGIES:
+                key = f"{name}/{strategy}/{seed}"
+                if key in results["runs"]:
+                    continue
+                started = time.perf_counter()
+                results["runs"][key] = simulate(pool, pool_labels, test, test_gold, classes, strategy, seed,
+                                                args.budget, args.batch)
+                last = results["runs"][key][-1]
+                log.info("%s: %.3f at %d labels (%.0f s)", key, last["accuracy"], last["labels"],
+                         time.perf_counter() - started)
+                results["summary"] = summarise(results)
+                save(results)
+    results["summary"] = summarise(results)
+    save(results)
+    if args.plot:
+        plot(results)
+    print(json.dumps(results["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
