@@ -261,7 +261,12 @@ def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
     status = lab.project_status(wb, project["id"])
     assert (status["labelled"], status["pool"], status["per_class"]) == (3, 5, {"a": 2, "b": 1})
     assert status["estimate"]["estimate"] == 0.7 and [p["labels"] for p in status["curve"]] == [10, 20]
-    assert status["majority"] == 0.4 and status["next_items"] == ["t3", "t4"]
+    assert status["majority"] == 0.4 and status["next_items"] == ["t3", "t4"] and status["stop_hint"] is None
+    with wb.db.session() as session:  # three refits in a row that changed under 1 % of the predictions
+        session.add_all(LabelEstimate(project_id=project["id"], labels=labels, metric="macro_f1", estimate=0.8,
+                                      low=0.7, high=0.9, majority=0.4, source="cross-validation", agreement=0.995)
+                        for labels in (50, 60, 70))
+    assert lab.project_status(wb, project["id"])["stop_hint"].startswith("You could stop here")
     assert status["jobs"]["embed"]["status"] == QUEUED and status["jobs"]["refit"] is None
     item = lab.next_item(wb, project["id"], "ann")
     lab.give_label(wb, project["id"], item["item_id"], "b|a", "ann")
@@ -368,3 +373,38 @@ def test_send_to_relabel_from_an_audit(wb, tmp_path):
     sent = lab.send_to_relabel(wb, audit_id, other)
     assert (sent["sent"], sent["not_found"]) == (1, ["train:1"])
     assert lab.next_item(wb, other, "ann")["text"] == "review 4"
+
+
+def test_the_loop_through_the_real_jobs(wb, tmp_path):
+    """The service with the real embed and refit jobs (a tiny BERT as the frozen encoder): the first item is
+    the cold start's, the tenth label queues a refit, and after it the status has an estimate and the next
+    item a suggestion."""
+    from jobs.process import run_job
+    from jobs.queue import table as queue
+    from tests.tiny_models import classification_records, distinct, tiny_bert
+
+    records = distinct(classification_records(40, seed=3))
+    pool = tmp_path / "reviews.jsonl"
+    pool.write_text("".join(json.dumps({"id": f"r{i}", "text": r["text"]}) + "\n" for i, r in enumerate(records)))
+    gold = {f"r{i}": r["label"] for i, r in enumerate(records)}
+    project = lab.create_project(wb, pool, ["pos: a review that liked the film", "neg: a review that disliked it"],
+                                 model=str(tiny_bert(tmp_path / "bert")))
+
+    def execute(run_id: int) -> None:
+        claimed = queue.claim(wb.db, "test-worker", only=[run_id])
+        assert run_job.execute(wb, run_id, claimed.attempt, train_fn=None) == 0
+
+    execute(project["embed_job"])
+    item = lab.next_item(wb, project["id"], "ann")
+    assert _items(wb, project["id"])[item["external_id"]].rank == 0 and item["suggestion"] in ("pos", "neg")
+    refit = None
+    for _ in range(10):
+        answer = lab.give_label(wb, project["id"], item["item_id"], gold[item["external_id"]], "ann")
+        item, refit = answer["next"], answer["refit"] or refit
+    assert refit is not None
+    execute(refit)
+    status = lab.project_status(wb, project["id"])
+    assert status["labelled"] == 10 and status["embedded"] == 40 and status["jobs"]["refit"]["status"] == SUCCEEDED
+    assert status["estimate"]["labels"] == 10 and len(status["curve"]) == 1
+    following = lab.next_item(wb, project["id"], "ann")
+    assert following["suggestion"] in ("pos", "neg") and 0 <= following["confidence"] <= 1

@@ -513,7 +513,7 @@ def _estimate_dict(row: LabelEstimate) -> dict[str, Any]:
 
 
 def _stop_hint(rows: list[LabelEstimate]) -> Optional[str]:
-    """The stopping rule's hint over the learning curve (``jobs.labelling.curve.stop_hint``)."""
+    """The stopping rule's hint over the refits in the order they ran (``jobs.labelling.curve.stop_hint``)."""
     if len(rows) < 3:
         return None
     from jobs.labelling import curve
@@ -567,7 +567,7 @@ def project_status(wb: Workbench, project_id: int, now: Optional[dt.datetime] = 
         return {**summary, "per_class": _per_class(session, project), "labels_per_minute": round(recent / 10, 2),
                 "estimate": _estimate_dict(latest) if latest else None,
                 "curve": [_estimate_dict(r) for r in estimates], "majority": latest.majority if latest else None,
-                "stop_hint": _stop_hint(estimates), "embedded": int(embedded),
+                "stop_hint": _stop_hint(sorted(estimates, key=lambda r: r.id)), "embedded": int(embedded),
                 "jobs": {"embed": _job_dict(_latest_job(session, project_id, KIND_LABEL_EMBED)),
                          "refit": _job_dict(_latest_job(session, project_id, KIND_LABEL_REFIT))},
                 "next_items": [item["text"] for item in peek(session, project_id, now)]}
