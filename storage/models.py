@@ -382,9 +382,9 @@ class LabelItem(Base):
 
     __table_args__ = (
         UniqueConstraint("project_id", "position", name="uq_label_items_position"),
-        Index("ix_label_items_project_rank", "project_id", "rank"),
         Index("ix_label_items_project_external", "project_id", "external_id"),
-        # The claim's tiers and the label counts (migration 0013_labelling_indexes).
+        # The claim's tiers (the ranking, then the unranked texts by position) and the label counts (migration
+        # 0013_labelling_indexes, which drops 0012's (project_id, rank): the planner took it and sorted the pool).
         Index("ix_label_items_project_rank_position", "project_id", "rank", "position"),
         Index("ix_label_items_project_relabel", "project_id", "relabel"),
         Index("ix_label_items_project_skipped", "project_id", "skipped_at"),
