@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from storage.models import (EVENT_LABEL, KIND_LABEL_EMBED, KIND_LABEL_REFIT, QUEUED, SUCCEEDED, Audit, LabelEstimate,
+from storage.models import (EVENT_LABEL, FAILED, KIND_LABEL_EMBED, KIND_LABEL_REFIT, QUEUED, SUCCEEDED, Audit, LabelEstimate,
                             LabelEvent, LabelItem, LabelProject, Run, utcnow)
 from tests.queue_support import qwb, second_workbench  # noqa: F401
 from workbench.errors import ConfigError, DataValidationError, InvalidState
@@ -107,18 +107,20 @@ def test_two_labellers_never_hold_the_same_item(qwb, tmp_path):
     held: dict[str, int] = {}
     clashes: list[tuple[int, int]] = []
     errors: list[BaseException] = []
-    start = threading.Barrier(2)
+    start, guard = threading.Barrier(2), threading.Lock()
 
     def label_all(wb, user: str) -> None:
         try:
             start.wait()
             item = lab.next_item(wb, project["id"], user)
             while item is not None:
-                held[user] = item["item_id"]
-                if len(set(held.values())) < len(held):
-                    clashes.append(tuple(held.values()))
+                with guard:
+                    held[user] = item["item_id"]
+                    if len(set(held.values())) < len(held):
+                        clashes.append(tuple(held.values()))
                 item = lab.give_label(wb, project["id"], item["item_id"], "spam", user)["next"]
-                held.pop(user, None)
+                with guard:
+                    held.pop(user, None)
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
@@ -233,19 +235,37 @@ def test_undo_and_relabel_keep_the_history(qwb, tmp_path):
 
 
 def test_a_refit_is_queued_every_few_labels_and_never_twice(wb, tmp_path):
-    project = lab.create_project(wb, _pool(tmp_path, 12), "spam,ham", refit_every=3)
+    project = lab.create_project(wb, _pool(tmp_path, 20), "spam,ham", refit_every=3)
     pid = project["id"]
-    with wb.db.session() as session:  # the embedding is done
-        session.execute(update(Run).where(Run.label_project_id == pid).values(status=SUCCEEDED))
     item = lab.next_item(wb, pid, "ann")
-    refits = []
-    for _ in range(6):
-        answer = lab.give_label(wb, pid, item["item_id"], "ham", "ann")
-        refits.append(answer["refit"])
-        item = answer["next"]
-    assert refits[:2] == [None, None] and refits[2] is not None and refits[3:] == [None, None, None]
+
+    def label(times: int) -> list:
+        nonlocal item
+        refits = []
+        for _ in range(times):
+            answer = lab.give_label(wb, pid, item["item_id"], "ham", "ann")
+            refits.append(answer["refit"])
+            item = answer["next"]
+        return refits
+
+    def end_jobs(status: str) -> None:
+        with wb.db.session() as session:
+            session.execute(update(Run).where(Run.label_project_id == pid)
+                            .values(status=status, finished_at=utcnow()))
+
+    assert label(3) == [None] * 3  # the pool is not embedded yet
+    end_jobs(FAILED)
+    assert label(1) == [None]  # nor will it be: the embed job failed
+    end_jobs(SUCCEEDED)
+    refits = label(3)
+    assert refits[0] is not None and refits[1:] == [None, None]
     assert [r.status for r in _jobs(wb, pid, KIND_LABEL_REFIT)] == [QUEUED]
     assert lab.queue_refit(wb, pid) is None
+    with wb.db.session() as session:
+        session.execute(update(Run).where(Run.kind == KIND_LABEL_REFIT)
+                        .values(status=FAILED, finished_at=utcnow()))
+    refits = label(3)  # after a failed refit: refit_every more labels first
+    assert refits[:2] == [None, None] and refits[2] is not None
 
 
 def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):

@@ -32,9 +32,9 @@ from storage.datasets.read_classification import DelimitedRows
 from storage.datasets.read_pool import LABEL_SEPARATOR, PoolColumns, PoolRow, read_pool
 from storage.datasets.records import as_label
 from storage.datasets.source import open_text, scan
-from storage.models import (EVENT_LABEL, EVENT_SKIP, EVENT_UNDO, KIND_LABEL_EMBED, KIND_LABEL_REFIT, LABEL_KINDS,
-                            QUEUED, STRATEGIES, Audit, LabelClass, LabelEstimate, LabelEvent, LabelItem, LabelProject,
-                            Run, utcnow)
+from storage.models import (CANCELLED, EVENT_LABEL, EVENT_SKIP, EVENT_UNDO, FAILED, KIND_LABEL_EMBED,
+                            KIND_LABEL_REFIT, LABEL_KINDS, QUEUED, STRATEGIES, SUCCEEDED, Audit, LabelClass,
+                            LabelEstimate, LabelEvent, LabelItem, LabelProject, Run, utcnow)
 from workbench.errors import ConfigError, DataValidationError, InvalidState, NotFound
 
 log = logging.getLogger(__name__)
@@ -390,7 +390,7 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
             label=value, labelled_by=user, labelled_at=now, relabel=False, skipped_at=None, claimed_by=None,
             claim_until=None).execution_options(synchronize_session=False))
         labelled = _labelled(session, project_id)
-        due = labelled >= project.ranked_at_labels + project.refit_every
+        due = _refit_due(session, project, labelled)
         following = _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)
     refit = queue_refit(wb, project_id) if due else None
     return {"next": following, "labelled": labelled, "refit": refit}
@@ -478,6 +478,24 @@ def item_history(wb: Workbench, item_id: int) -> list[dict[str, Any]]:
 def _label_jobs(session, project_id: int, kinds: Sequence[str], states: Sequence[str]) -> list[Run]:
     return list(session.scalars(select(Run).where(Run.label_project_id == project_id, Run.kind.in_(list(kinds)),
                                                   Run.status.in_(list(states))).order_by(Run.id)))
+
+
+def _refit_due(session, project: LabelProject, labelled: int) -> bool:
+    """Whether the labels given call for a refit: ``refit_every`` new ones since the pool was last ranked, the
+    pool embedded (its latest embed job succeeded), and, after a refit that failed or was cancelled,
+    ``refit_every`` more labels since then (a refit that fails every time is not queued again at every label)."""
+    if labelled < project.ranked_at_labels + project.refit_every:
+        return False
+    embed = _latest_job(session, project.id, KIND_LABEL_EMBED)
+    if embed is None or embed.status != SUCCEEDED:
+        return False
+    refit = _latest_job(session, project.id, KIND_LABEL_REFIT)
+    if refit is None or refit.status not in (FAILED, CANCELLED):
+        return True
+    since = session.scalar(select(func.count()).select_from(LabelEvent).where(
+        LabelEvent.project_id == project.id, LabelEvent.action == EVENT_LABEL,
+        LabelEvent.at >= (refit.finished_at or refit.created_at))) or 0
+    return since >= project.refit_every
 
 
 def queue_refit(wb: Workbench, project_id: int) -> Optional[int]:
@@ -668,7 +686,7 @@ def import_labels(wb: Workbench, project_id: int, path: str | Path, user: str,
             item.skipped_at = None
         session.flush()
         labelled = _labelled(session, project_id)
-        due = labelled >= project.ranked_at_labels + project.refit_every
+        due = _refit_due(session, project, labelled)
     refit = queue_refit(wb, project_id) if due and changed else None
     return {"imported": changed, "unchanged": len(labels) - changed, "labelled": labelled, "refit": refit,
             "warnings": [str(w) for w in problems.warnings()]}
