@@ -412,6 +412,9 @@ class LabelEvent(Base):
     random_pick: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
     undone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
     undoes: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Recorded in bulk (the labels a project's file held, an import of labels), not by a labeller one at a time:
+    # left out of the labels per minute (migration 0013_labelling_indexes).
+    bulk: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
 
     __table_args__ = (
         Index("ix_label_events_project_user", "project_id", "user", "id"),

@@ -280,6 +280,7 @@ def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
                                       low=value - 0.1, high=value + 0.1, majority=0.4, source="cross-validation"))
     status = lab.project_status(wb, project["id"])
     assert (status["labelled"], status["pool"], status["per_class"]) == (3, 5, {"a": 2, "b": 1})
+    assert status["labels_per_minute"] == 0  # the file's labels were not given by anyone just now
     assert status["estimate"]["estimate"] == 0.7 and [p["labels"] for p in status["curve"]] == [10, 20]
     assert status["majority"] == 0.4 and status["next_items"] == ["t3", "t4"] and status["stop_hint"] is None
     with wb.db.session() as session:  # three refits in a row that changed under 1 % of the predictions
@@ -291,6 +292,7 @@ def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
     item = lab.next_item(wb, project["id"], "ann")
     lab.give_label(wb, project["id"], item["item_id"], "b|a", "ann")
     assert _items(wb, project["id"])["4"].label == ["a", "b"]
+    assert lab.project_status(wb, project["id"])["labels_per_minute"] == 0.1
 
 
 def test_export_escapes_formulas_and_jsonl_is_exact_and_import_reads_it_back(wb, tmp_path):

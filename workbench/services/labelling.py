@@ -214,10 +214,10 @@ def _record_file_labels(session, project_id: int) -> None:
     """One label event per label the file already held (by its ``labelled_by``), in one INSERT … SELECT: no row
     passes through Python's memory."""
     picked = select(LabelItem.project_id, LabelItem.id, literal(EVENT_LABEL), LabelItem.label,
-                    LabelItem.labelled_by, LabelItem.labelled_at, LabelItem.random_pick, false()
+                    LabelItem.labelled_by, LabelItem.labelled_at, LabelItem.random_pick, false(), true()
                     ).where(LabelItem.project_id == project_id, LabelItem.labelled_at.is_not(None))
     session.execute(insert(LabelEvent).from_select(
-        ["project_id", "item_id", "action", "label", "user", "at", "random_pick", "undone"], picked,
+        ["project_id", "item_id", "action", "label", "user", "at", "random_pick", "undone", "bulk"], picked,
         include_defaults=False))
 
 
@@ -576,7 +576,7 @@ def project_status(wb: Workbench, project_id: int, now: Optional[dt.datetime] = 
         summary = _project_dict(session, project)
         recent = session.scalar(select(func.count()).select_from(LabelEvent).where(
             LabelEvent.project_id == project_id, LabelEvent.at >= now - dt.timedelta(minutes=10),
-            LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false())) or 0
+            LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false(), LabelEvent.bulk == false())) or 0
         estimates = list(session.scalars(select(LabelEstimate).where(LabelEstimate.project_id == project_id)
                                          .order_by(LabelEstimate.labels, LabelEstimate.id)))
         embedded = session.scalar(select(func.count()).select_from(LabelItem).where(
@@ -681,7 +681,7 @@ def import_labels(wb: Workbench, project_id: int, path: str | Path, user: str,
             changed += 1
             session.add(LabelEvent(project_id=project_id, item_id=item.id, action=EVENT_LABEL, label=value,
                                    previous=item.label, user=user, at=now, suggestion=item.suggestion,
-                                   random_pick=item.random_pick))
+                                   random_pick=item.random_pick, bulk=True))
             item.label, item.labelled_by, item.labelled_at, item.relabel = value, user, now, False
             item.skipped_at = None
         session.flush()
