@@ -27,10 +27,16 @@ import numpy as np
 from sqlalchemy import func, select, update
 from threadpoolctl import threadpool_limits
 
-from jobs.labelling.cache import EmbeddingCache, load_array, save_array
+from jobs.labelling.cache import EmbeddingCache, load_array, normalise, save_array
+# Imported here, not where they are used: threadpoolctl limits only the BLAS / OpenMP libraries loaded already.
+from jobs.labelling.coverage import cluster_pool, coverage_order, zero_shot
+from jobs.labelling.curve import agreement, estimate
+from jobs.labelling.fast_model import FastModel
+from jobs.labelling.strategies import rank_pool
 from jobs.progress import Cancelled, report_phase
 from storage.context import Workbench
-from storage.errors import TrainingError
+from storage.cells import unescape_cell
+from storage.errors import TrainingError, WorkbenchError
 from storage.models import (KIND_LABEL_EMBED, KIND_LABEL_REFIT, LabelClass, LabelEstimate, LabelItem, LabelProject)
 
 log = logging.getLogger(__name__)
@@ -151,7 +157,6 @@ def _model_path(name: str, must_exist: bool = True) -> str:
     """The folder (or hub id) the project's model loads from; its name as given when it cannot be found and
     ``must_exist`` is off (an embedder was handed in)."""
     from jobs.labelling.encoder import model_path
-    from storage.errors import WorkbenchError
 
     try:
         return model_path(name)
@@ -234,8 +239,6 @@ def read_pool(wb: Workbench, project_id: int, rows: int) -> Pool:
 def cold_start(wb: Workbench, project: Project, reporter, embedder: Embedder) -> dict[str, Any]:
     """Rank a pool no refit has ranked: one item from each cluster first, the random share mixed in; zero-shot
     suggestions when every label has a description (none otherwise)."""
-    from jobs.labelling.coverage import cluster_pool, coverage_order, zero_shot
-
     report_phase(reporter, RANKING)
     started = time.perf_counter()
     cache = EmbeddingCache(project.folder)
@@ -249,8 +252,6 @@ def cold_start(wb: Workbench, project: Project, reporter, embedder: Embedder) ->
     suggestions: list[Any] = [None] * rows
     confidence = np.full(rows, np.nan)
     if project.classes and all(d.strip() for d in project.descriptions):
-        from jobs.labelling.cache import normalise
-
         class_emb = normalise(embedder(list(project.descriptions)))
         suggestions, confidence = suggest(zero_shot(emb, class_emb), project.classes, project.multi_label)
     with wb.db.session() as session:
@@ -304,11 +305,6 @@ def suggest(proba: np.ndarray, classes: Sequence[str], multi_label: bool) -> tup
 def refit(wb: Workbench, project: Project, reporter, curve_point: bool = True) -> dict[str, Any]:
     """Fit the fast model on the labels, score and rank the pool, write it all in one transaction; with
     ``curve_point``, estimate the score and add it to the learning curve (``LabelEstimate``) too."""
-    from jobs.labelling.coverage import cluster_pool
-    from jobs.labelling.curve import agreement, estimate
-    from jobs.labelling.fast_model import FastModel
-    from jobs.labelling.strategies import rank_pool
-
     report_phase(reporter, RANKING)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -454,8 +450,6 @@ def take_run_scores(wb: Workbench, project_id: int, run_id: int, predictions: Pa
     """A prediction job of run ``run_id``'s model over the project's texts finished with ``predictions`` (the
     job's CSV or JSONL: ``id`` as the item's external id, ``prob_<label>`` per label): keep its probabilities as
     the pool's scores and rank the pool by them at once (no new curve point)."""
-    from storage.cells import unescape_cell
-
     project = load_project(wb, project_id)
     rows = EmbeddingCache(project.folder).rows()
     with wb.db.session() as session:
