@@ -7,6 +7,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -38,7 +41,7 @@ def _jobs(wb, project_id: int, kind: str) -> list[Run]:
 
 
 @pytest.mark.parametrize("name, content, multi", [
-    ("pool.csv", 'id,text,label\na,"one, quoted",spam\nb,two,\nc,three,ham\n', False),
+    ("pool.csv", 'id,category,text,label\na,x,"one, quoted",spam\nb,y,two,\nc,z,three,ham\n', False),
     ("pool.tsv", "id\ttext\tlabel\na\tone, quoted\tspam\nb\ttwo\t\nc\tthree\tham\n", False),
     ("pool.jsonl", '{"id": "a", "text": "one, quoted", "label": ["spam"]}\n{"id": "b", "text": "two"}\n'
                    '{"id": "c", "text": "three", "label": ["ham", "spam"]}\n', True),
@@ -88,6 +91,10 @@ def test_a_bad_file_gets_line_numbered_errors_and_nothing_is_stored(wb, tmp_path
     binary.write_bytes(b"PK\x03\x04" + b"\x00" * 64)
     with pytest.raises(DataValidationError, match="not a text file"):
         lab.create_project(wb, binary, "spam,ham")
+    headless = tmp_path / "headless.csv"
+    headless.write_text("first text\nsecond text\n", encoding="utf-8")
+    created = lab.create_project(wb, headless, "spam,ham")
+    assert created["pool"] == 1 and "headless.csv:1, column 'first text': warning" in created["warnings"][0]
     with pytest.raises(ConfigError, match="at least two labels"):
         lab.create_project(wb, _pool(tmp_path), "spam")
 
@@ -130,6 +137,34 @@ def test_two_labellers_never_hold_the_same_item(qwb, tmp_path):
     assert lab.next_item(qwb, project["id"], "ann") is None
 
 
+KILLED_SERVER = """
+import json, os, signal, sys
+from storage.context import open_workbench
+from storage.settings import Settings
+from workbench.services import labelling
+wb = open_workbench(Settings.from_env({}, home=sys.argv[1]))
+item = labelling.next_item(wb, int(sys.argv[2]), "ann")
+answer = labelling.give_label(wb, int(sys.argv[2]), item["item_id"], "spam", "ann")
+print(json.dumps({"labelled": item["item_id"], "next": answer["next"]["item_id"]}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_server_killed_between_two_labels_loses_nothing(wb, tmp_path):
+    """kill -9 of the serving process right after a label: the label, its event and the claim of the next item
+    are in the database, and the labeller goes on with that item."""
+    pid = lab.create_project(wb, _pool(tmp_path, 5), "spam,ham")["id"]
+    done = subprocess.run([sys.executable, "-c", KILLED_SERVER, str(wb.settings.home), str(pid)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == -9, done.stderr
+    seen = json.loads(done.stdout)
+    assert lab.item_history(wb, seen["labelled"])[0]["label"] == "spam"
+    again = lab.next_item(wb, pid, "ann")
+    assert again["item_id"] == seen["next"]
+    assert lab.give_label(wb, pid, again["item_id"], "ham", "ann")["labelled"] == 2
+
+
 def test_claims_follow_the_tiers_come_back_on_refresh_and_expire(wb, tmp_path):
     project = lab.create_project(wb, _pool(tmp_path, 6), "spam,ham")
     pid, items = project["id"], _items(wb, project["id"])
@@ -152,7 +187,23 @@ def test_claims_follow_the_tiers_come_back_on_refresh_and_expire(wb, tmp_path):
     assert rest == ["t3", "t4"]  # the skipped item comes last
 
 
-def test_undo_and_relabel_keep_the_history(wb, tmp_path):
+def test_browsers_of_one_user_hold_their_own_claims(wb, tmp_path):
+    """Sign-in off: every browser is the user "", told apart by the claimant the UI passes."""
+    pid = lab.create_project(wb, _pool(tmp_path, 4), "spam,ham")["id"]
+    one = lab.next_item(wb, pid, "", claimant="browser-1")
+    two = lab.next_item(wb, pid, "", claimant="browser-2")
+    assert one["item_id"] != two["item_id"]
+    with pytest.raises(InvalidState, match="being labelled by browser-2"):
+        lab.give_label(wb, pid, two["item_id"], "spam", "", claimant="browser-1")
+    following = lab.give_label(wb, pid, one["item_id"], "spam", "", claimant="browser-1")["next"]
+    assert following["item_id"] not in (one["item_id"], two["item_id"])
+    assert _items(wb, pid)["t0"].labelled_by == "" and _items(wb, pid)["t2"].claimed_by == "browser-1"
+    assert lab.undo_last(wb, pid, "", claimant="browser-1")["next"]["item_id"] == one["item_id"]
+    assert _items(wb, pid)["t2"].claimed_by is None  # the undone item replaced browser-1's other claim
+
+
+def test_undo_and_relabel_keep_the_history(qwb, tmp_path):
+    wb = qwb
     project = lab.create_project(wb, _pool(tmp_path, 5), "spam,ham")
     pid = project["id"]
     first = lab.next_item(wb, pid, "ann")
@@ -197,7 +248,8 @@ def test_a_refit_is_queued_every_few_labels_and_never_twice(wb, tmp_path):
     assert lab.queue_refit(wb, pid) is None
 
 
-def test_status_counts_classes_and_shows_the_curve(wb, tmp_path):
+def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
+    wb = qwb
     path = tmp_path / "multi.jsonl"
     path.write_text("".join(json.dumps({"text": f"t{i}", "label": lbl}) + "\n"
                             for i, lbl in enumerate([["a"], ["a", "b"], [], None, None])), encoding="utf-8")
@@ -270,6 +322,21 @@ def test_train_from_labels_holds_out_the_random_share(wb, tmp_path):
     assert held == expected and len(held) == 20
     trained = {json.loads(line)["text"] for line in train.read_text(encoding="utf-8").splitlines()}
     assert len(trained) == 40 and not trained & held
+
+
+def test_a_finished_run_labels_the_rest_of_the_pool(wb, tmp_path):
+    from tests.predict_support import trained_run
+
+    pid = lab.create_project(wb, _pool(tmp_path, 5), "neg,pos")["id"]
+    item = lab.next_item(wb, pid, "ann")
+    lab.give_label(wb, pid, item["item_id"], "pos", "ann")
+    job_id = lab.predict_pool(wb, pid, trained_run(wb))
+    with wb.db.session() as session:
+        job = session.get(Run, job_id)
+        assert (job.kind, job.status, job.label_project_id) == ("predict", QUEUED, pid)
+        source = Path(job.spec["input_path"])
+    with source.open(encoding="utf-8", newline="") as handle:
+        assert [row["id"] for row in csv.DictReader(handle)] == ["t1", "t2", "t3", "t4"]
 
 
 def test_send_to_relabel_from_an_audit(wb, tmp_path):

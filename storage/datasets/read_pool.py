@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence, TextIO
 
 from storage.cells import unescape_cell
-from storage.datasets.columns import LABEL_NAMES, TEXT_NAMES
+from storage.datasets.columns import TEXT_NAMES
 from storage.datasets.problems import ProblemLog
 from storage.datasets.read_classification import DelimitedRows
 from storage.datasets.records import as_label, iter_json_lines
@@ -25,6 +25,9 @@ csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 POOL_FORMATS = ("csv", "tsv", "jsonl", "text")
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
 ID_NAMES = ("id", "external_id", "item_id", "uid", "guid", "key", "idx")
+# Only these are taken for labels already given without --label-column: a pool's other columns (a category,
+# a tag of the export it came from) are often not answers in the project's label set.
+POOL_LABEL_NAMES = ("label", "labels")
 MAX_ID_CHARS = 200  # label_items.external_id
 # Splits a multi-label cell of a CSV/TSV file ("billing|refund"); JSON Lines give a list instead.
 LABEL_SEPARATOR = "|"
@@ -43,7 +46,7 @@ class PoolRow(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class PoolColumns:
     """The columns (or JSON keys) to read; None means detect: the text from common names (or the only
-    column), the id from ``ID_NAMES``, the labels from common label names (absent: no labels)."""
+    column), the id from ``ID_NAMES``, the labels from ``POOL_LABEL_NAMES`` (absent: no labels)."""
 
     text: str | None = None
     id: str | None = None
@@ -142,7 +145,7 @@ def _mapping(names: Sequence[str], columns: PoolColumns, name: str, log: Problem
              line: int) -> tuple[str, str | None, str | None] | None:
     """(text, id, label) columns of a header, or None after reporting why there is no text column."""
     ok_id, id_col = _pick(names, columns.id, ID_NAMES, "id", "--id-column", name, log, line)
-    ok_label, label_col = _pick([n for n in names if n != id_col], columns.label, LABEL_NAMES, "label",
+    ok_label, label_col = _pick([n for n in names if n != id_col], columns.label, POOL_LABEL_NAMES, "label",
                                 "--label-column", name, log, line)
     ok_text, text_col = _pick([n for n in names if n not in (id_col, label_col)], columns.text, TEXT_NAMES, "text",
                               "--text-column", name, log, line)
@@ -156,6 +159,9 @@ def _mapping(names: Sequence[str], columns: PoolColumns, name: str, log: Problem
                       hint="rename the column of the texts to 'text' or choose it with --text-column")
             return None
         text_col = rest[0]
+        log.warning("header", name, f"the column {text_col!r} was taken for the texts: its first row is read as "
+                    "the column names, not as a text", line=line, column=text_col,
+                    hint="add a header row ('text'), or give a plain-text file (.txt): one text a line")
     return text_col, id_col, label_col
 
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from sqlalchemy import String, cast, false, func, insert, literal, null, or_, select, true, update
+from sqlalchemy import String, cast, false, func, insert, literal, null, or_, select, text, true, update
 
 from jobs.queue import table as queue
 from jobs.queue.states import ACTIVE
@@ -81,7 +81,7 @@ def parse_labels(labels: Sequence[str] | Sequence[tuple[str, str]] | str,
     """(name, description) of each label: names alone, ``"name: description"`` lines, (name, description)
     pairs, or one comma-separated string (``"spam,ham"``, as ``--labels`` gives them)."""
     if isinstance(labels, str):
-        labels = [part for part in labels.split(",")]
+        labels = labels.split(",")
     found: list[tuple[str, str]] = []
     for entry in labels:
         if isinstance(entry, (tuple, list)):
@@ -155,9 +155,19 @@ def create_project(wb: Workbench, path: str | Path, labels: Sequence[str] | Sequ
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
         raise
+    _analyze(wb)
     job_id = queue.submit_label_job(wb.db, KIND_LABEL_EMBED, project_id, wb.settings.runs_dir)
     log.info("labelling project %s: %d texts from %s, embed job %s", project_id, count, source.name, job_id)
     return {**get_project(wb, project_id), "warnings": [str(w) for w in problems.warnings()], "embed_job": job_id}
+
+
+def _analyze(wb: Workbench) -> None:
+    """Refresh PostgreSQL's statistics of the items after a bulk insert. Without them the planner took the claim's
+    unranked tier through the wrong index and sorted all 100,000 rows (76 ms a label instead of 20 ms,
+    bench/labelling_memory.py); autovacuum would get there only later."""
+    if not wb.db.is_sqlite:
+        with wb.db.session() as session:
+            session.execute(text("ANALYZE label_items"))
 
 
 def _insert_items(session, project_id: int, rows: Iterable[PoolRow], names: set[str], multi_label: bool, user: str,
@@ -188,8 +198,6 @@ def _insert_items(session, project_id: int, rows: Iterable[PoolRow], names: set[
                                f"({', '.join(sorted(names)[:20])})", line=row.line, column="label",
                                hint=f"add {unknown[0]!r} to the labels, or correct the label on this line")
                 continue
-            if label == [] and not multi_label:
-                label = None
         values = {"project_id": project_id, "position": position, "external_id": row.external_id, "text": row.text}
         if label is None:
             plain.append(values)
@@ -281,50 +289,53 @@ def _item_dict(row: Any, project_id: int) -> dict[str, Any]:
 
 
 def next_item(wb: Workbench, project_id: int, user: str, lease_seconds: float = LEASE_SECONDS,
-              now: Optional[dt.datetime] = None) -> Optional[dict[str, Any]]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> Optional[dict[str, Any]]:
     """Claim the best free item for ``user`` and return it (None when nothing is left to label).
+
+    ``claimant`` (default: ``user``) is who holds the claim: with sign-in off every browser is the user "",
+    so the UI passes a name of its own per browser session there; labels still carry ``user``.
 
     The user's own live claim comes back first (a page refresh shows the same text). Otherwise ONE
     conditional UPDATE per tier takes the first free item of the tier (relabel, ranked, unranked by position,
     skipped last); its WHERE repeats the sub-select's conditions, so two labellers never hold one item, and a
     claim lost on PostgreSQL (the row changed meanwhile) is tried again."""
     now = now or utcnow()
-    until = now + dt.timedelta(seconds=lease_seconds)
     with wb.db.session() as session:
         _require(session, project_id)
-        mine = session.execute(
-            update(LabelItem).where(LabelItem.id == select(LabelItem.id).where(
-                LabelItem.project_id == project_id, LabelItem.claimed_by == user, LabelItem.claim_until >= now,
-                _wanted()).order_by(LabelItem.claim_until.desc()).limit(1).scalar_subquery())
-            .values(claim_until=until).returning(*ITEM_COLUMNS).execution_options(synchronize_session=False)).first()
+        return _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now, lease_seconds)
+
+
+def _claim_next(session, is_sqlite: bool, project_id: int, user: str, now: dt.datetime,
+                lease_seconds: float = LEASE_SECONDS) -> Optional[dict[str, Any]]:
+    """``next_item`` for the claimant ``user`` inside the caller's transaction (a label and the next claim commit together: one commit
+    per label). PostgreSQL runs each statement on a fresh snapshot, so a retry sees the other claim."""
+    until = now + dt.timedelta(seconds=lease_seconds)
+    mine = session.execute(
+        update(LabelItem).where(LabelItem.id == select(LabelItem.id).where(
+            LabelItem.project_id == project_id, LabelItem.claimed_by == user, LabelItem.claim_until >= now,
+            _wanted()).order_by(LabelItem.claim_until.desc()).limit(1).scalar_subquery())
+        .values(claim_until=until).returning(*ITEM_COLUMNS).execution_options(synchronize_session=False)).first()
     if mine is not None:
         return _item_dict(mine, project_id)
     for conditions, order in _tiers():
+        where = [LabelItem.project_id == project_id, _free(user, now), *conditions]
+        pick = select(LabelItem.id).where(*where).order_by(*order).limit(1)
+        if not is_sqlite:
+            pick = pick.with_for_update(skip_locked=True)
+        # The UPDATE repeats that the item is free and waits for a label, not the tier's rank and skip
+        # conditions: with those, PostgreSQL (its statistics stale after a ranking was written) walked the rank
+        # index for the row instead of the primary key, 100 ms a claim on a 100,000-text pool.
+        claim = (update(LabelItem).where(LabelItem.id == pick.scalar_subquery(), LabelItem.project_id == project_id,
+                                         _free(user, now), _wanted())
+                 .values(claimed_by=user, claim_until=until).returning(*ITEM_COLUMNS)
+                 .execution_options(synchronize_session=False))
         for _ in range(CLAIM_TRIES):
-            row, candidates = _claim(wb, project_id, user, conditions, order, now, until)
+            row = session.execute(claim).first()
             if row is not None:
                 return _item_dict(row, project_id)
-            if not candidates:
-                break
+            if session.scalar(select(LabelItem.id).where(*where).limit(1)) is None:
+                break  # the tier is empty (not a race lost to another labeller)
     return None
-
-
-def _claim(wb: Workbench, project_id: int, user: str, conditions: list[Any], order: list[Any], now: dt.datetime,
-           until: dt.datetime) -> tuple[Any, bool]:
-    """(the claimed row or None, whether the tier still had a free item: a lost race is worth a retry)."""
-    where = [LabelItem.project_id == project_id, _free(user, now), *conditions]
-    pick = select(LabelItem.id).where(*where).order_by(*order).limit(1)
-    if not wb.db.is_sqlite:
-        pick = pick.with_for_update(skip_locked=True)
-    stmt = (update(LabelItem).where(LabelItem.id == pick.scalar_subquery(), *where)
-            .values(claimed_by=user, claim_until=until).returning(*ITEM_COLUMNS)
-            .execution_options(synchronize_session=False))
-    with wb.db.session() as session:
-        row = session.execute(stmt).first()
-        if row is not None:
-            return row, True
-        left = session.scalar(select(LabelItem.id).where(*where).limit(1))
-    return None, left is not None
 
 
 def _lock_item(session, project_id: int, item_id: int, user: str, now: dt.datetime) -> LabelItem:
@@ -363,7 +374,7 @@ def check_label(session, project: LabelProject, label: Any) -> Any:
 
 
 def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: str,
-               now: Optional[dt.datetime] = None) -> dict[str, Any]:
+               now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Give (or change) an item's label: one event with what it replaced, the item's label set, its claim
     released; then a refit is queued when enough new labels arrived. Returns ``{"next", "labelled",
     "refit"}``: the user's next item from the current ranking, the labels given, the refit job queued or None."""
@@ -371,7 +382,7 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
     with wb.db.session() as session:
         project = _require(session, project_id)
         value = check_label(session, project, label)
-        item = _lock_item(session, project_id, item_id, user, now)
+        item = _lock_item(session, project_id, item_id, claimant or user, now)
         session.add(LabelEvent(project_id=project_id, item_id=item_id, action=EVENT_LABEL, label=value,
                                previous=item.label, user=user, at=now, suggestion=item.suggestion,
                                random_pick=item.random_pick))
@@ -380,31 +391,33 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
             claim_until=None).execution_options(synchronize_session=False))
         labelled = _labelled(session, project_id)
         due = labelled >= project.ranked_at_labels + project.refit_every
+        following = _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)
     refit = queue_refit(wb, project_id) if due else None
-    return {"next": next_item(wb, project_id, user, now=now), "labelled": labelled, "refit": refit}
+    return {"next": following, "labelled": labelled, "refit": refit}
 
 
 def skip_item(wb: Workbench, project_id: int, item_id: int, user: str,
-              now: Optional[dt.datetime] = None) -> dict[str, Any]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Put an item at the back of the queue (asked again once the rest is labelled) and return the next one."""
     now = now or utcnow()
     with wb.db.session() as session:
         _require(session, project_id)
-        item = _lock_item(session, project_id, item_id, user, now)
+        item = _lock_item(session, project_id, item_id, claimant or user, now)
         session.add(LabelEvent(project_id=project_id, item_id=item_id, action=EVENT_SKIP, label=None,
                                previous=item.label, user=user, at=now, suggestion=item.suggestion,
                                random_pick=item.random_pick))
         session.execute(update(LabelItem).where(LabelItem.id == item_id).values(
             skipped_at=now, claimed_by=None, claim_until=None).execution_options(synchronize_session=False))
-    return {"next": next_item(wb, project_id, user, now=now)}
+        return {"next": _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)}
 
 
 def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = LEASE_SECONDS,
-              now: Optional[dt.datetime] = None) -> dict[str, Any]:
+              now: Optional[dt.datetime] = None, *, claimant: Optional[str] = None) -> dict[str, Any]:
     """Take back ``user``'s last label or skip that is not undone yet: the item gets what it had before (the
     label, who gave it and when; a changed label goes back to be labelled again), the event is marked undone and
     an undo event records it. The item is claimed for the user and returned as ``next``."""
     now = now or utcnow()
+    holder = claimant or user
     with wb.db.session() as session:
         _require(session, project_id)
         event = session.scalars(select(LabelEvent).where(
@@ -413,7 +426,7 @@ def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = 
             .order_by(LabelEvent.id.desc()).limit(1)).first()
         if event is None:
             raise InvalidState("nothing to undo: you have given no label or skip in this project yet")
-        item = _lock_item(session, project_id, event.item_id, user, now)
+        item = _lock_item(session, project_id, event.item_id, holder, now)
         if event.action == EVENT_LABEL:
             before = session.scalars(select(LabelEvent).where(
                 LabelEvent.item_id == item.id, LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false(),
@@ -429,18 +442,18 @@ def undo_last(wb: Workbench, project_id: int, user: str, lease_seconds: float = 
                                label=event.previous if event.action == EVENT_LABEL else None,
                                previous=event.label, user=user, at=now, undoes=event.id))
         # The user's other claims go back to the pool: the undone item is the one they work on now.
-        session.execute(update(LabelItem).where(LabelItem.project_id == project_id, LabelItem.claimed_by == user,
+        session.execute(update(LabelItem).where(LabelItem.project_id == project_id, LabelItem.claimed_by == holder,
                                                 LabelItem.id != item.id)
                         .values(claimed_by=None, claim_until=None).execution_options(synchronize_session=False))
         row = session.execute(update(LabelItem).where(LabelItem.id == item.id).values(
-            **restored, claimed_by=user, claim_until=now + dt.timedelta(seconds=lease_seconds))
+            **restored, claimed_by=holder, claim_until=now + dt.timedelta(seconds=lease_seconds))
             .returning(*ITEM_COLUMNS).execution_options(synchronize_session=False)).first()
         undone = event.id
     return {"next": _item_dict(row, project_id), "undone": undone}
 
 
 def release_claims(wb: Workbench, project_id: int, user: str) -> int:
-    """Give back every item ``user`` holds in the project (leaving the page); returns how many."""
+    """Give back every item ``user`` (a claimant) holds in the project (leaving the page); returns how many."""
     with wb.db.session() as session:
         return session.execute(update(LabelItem).where(LabelItem.project_id == project_id,
                                                        LabelItem.claimed_by == user)
