@@ -345,7 +345,7 @@ def main() -> None:
     results = load()
     results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,
                         "model": "all-MiniLM-L6-v2 (packaged), frozen, mean-pooled, L2-normalised",
-                        "fast_model": "jobs.labelling.fast_model.FastModel (logistic regression, C=10)",
+                        "fast_model": "jobs.labelling.fast_model.FastModel (logistic regression, C = 40,000 / labels in [10, 1000])",
                         "target": f"{TARGET:.0%} of the same fast model fitted on the whole pool"}
     if args.speed:
         results["refit_speed"] = refit_speed(data)
