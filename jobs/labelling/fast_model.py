@@ -12,8 +12,8 @@ from sklearn.linear_model import LogisticRegression
 
 C_PER_LABELS = 40_000.0  # C = C_PER_LABELS / labels, clamped to [C_MIN, C_MAX]: the same penalty per label at
 C_MIN, C_MAX = 10.0, 1000.0  # every size (rows are unit vectors, so the weights must be large to separate them)
-MAX_ITER = 200
-TOL = 1e-3
+MAX_ITER = 500
+TOL = 1e-4  # 1e-3 stopped SMS spam's whole-pool fit 1.2 points short of its optimum; fits stay under 0.1 s
 
 
 class FastModel:
