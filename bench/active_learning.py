@@ -311,6 +311,59 @@ def refit_speed(data: Path, repeats: int = 3) -> dict:
     return out
 
 
+# --- the tables for docs/labelling_measured.md ----------------------------------------------------------------
+
+def tables(results: dict) -> str:
+    """Markdown: labels to 95 %, accuracy at 100/200/500, the estimate's coverage, the stop hint, the speed."""
+    rows = ["| set (pool) | whole pool | 95 % of it | labels to reach it: default / random (per seed) | fewer labels |"
+            " accuracy at 100 / 200 / 500: default | random | default − random (points) |",
+            "|---|---|---|---|---|---|---|---|"]
+    long = results.get("summary_long", {})
+    summary = {name: results["summary"][name] for name in SETS if name in results.get("summary", {})}
+    for name, entry in summary.items():
+        ours, theirs = entry["default"], entry["random"]
+
+        def reach(d):
+            mean = d["labels_to_target_mean_curve"]
+            seeds = ", ".join("> 500" if v is None else str(v) for v in d["labels_to_target_per_seed"])
+            return f"{'> 500' if mean is None else mean} ({seeds})"
+
+        saving = entry.get("label_saving")
+        saving_text = f"{saving:.0%}" if saving is not None else "—"
+        for group, extra in long.items():
+            if group.startswith(name + "/") and extra.get("label_saving") is not None:
+                budget = group.split("/")[1]
+                d, r = extra["default"]["labels_to_target_mean_curve"], extra["random"]["labels_to_target_mean_curve"]
+                saving_text += f" (runs to {budget}: {d} / {r}, {extra['label_saving']:.0%})"
+        at = lambda d: " / ".join(f"{d['accuracy_at'][c]:.3f}" for c in ("100", "200", "500"))  # noqa: E731
+        diff = " / ".join(f"{v:+.1f}" for v in entry["default_minus_random_points"].values())
+        rows.append(f"| {TITLES[name]} ({results['full'][name]['pool']}) | {entry['full_pool_accuracy']:.3f} | "
+                    f"{entry['target_accuracy']:.3f} | {reach(ours)} / {reach(theirs)} | {saving_text} | {at(ours)} | "
+                    f"{at(theirs)} | {diff} |")
+    rows += ["", "| set | strategy | estimate from | points | interval held the test score | mean error | mean width |"
+             " first stop hint (labels, per seed) |", "|---|---|---|---|---|---|---|---|"]
+    for name, entry in summary.items():
+        for strategy in STRATEGIES:
+            d = entry[strategy]
+            hint = ", ".join("none" if v is None else str(v) for v in d["first_stop_hint_labels"])
+            for source, v in d["estimate_by_source"].items():
+                rows.append(f"| {TITLES[name]} | {strategy} | {source} | {v['points']} | {v['held']:.0%} | "
+                            f"{v['mean_error'] * 100:+.1f} pts | {v['mean_width'] * 100:.0f} pts | {hint} |")
+    speed = results.get("refit_speed")
+    if speed:
+        rows += ["", "| labels | estimate from | fit | predict_proba 10k | estimate | rank_pool | total |",
+                 "|---|---|---|---|---|---|---|"]
+        for n, by in sorted(speed["labels"].items(), key=lambda item: int(item[0])):
+            for _, v in by.items():
+                rows.append(f"| {n} | {v['estimate_source']} | {v['fit_s']:.2f} s | {v['predict_10k_s']:.2f} s | "
+                            f"{v['estimate_s']:.2f} s | {v['rank_s']:.3f} s | **{v['total_s']:.2f} s** |")
+        big = speed["pool_100k"]
+        rows.append(f"\n100,000-text pool: cluster_pool {big['cluster_pool_s']:.1f} s, coverage_order "
+                    f"{big['coverage_order_s']:.1f} s, rank_pool {big['rank_pool_s']:.3f} s "
+                    f"(load average {', '.join(str(x) for x in speed['load_average'])}).")
+    return "\n".join(rows)
+
+
 # --- the picture -----------------------------------------------------------------------------------------------
 
 def plot(results: dict) -> None:
@@ -379,11 +432,15 @@ def main() -> None:
                         help="longer runs past the budget to find the labels to 95 %%, e.g. trec=2000,amazon=1500")
     parser.add_argument("--speed", action="store_true", help="time the refit (fit + predict 10k + estimate + rank)")
     parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
+    parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling_measured.md")
     parser.add_argument("--real", action="store_true", help="real runs at 100/200/500 labels (not implemented)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.real:
         raise SystemExit("--real is not implemented yet: see docs/labelling_measured.md")
+    if args.table:
+        print(tables(load()))
+        return
     data = data_folder(args.data)
     results = load()
     results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,
