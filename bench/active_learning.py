@@ -18,9 +18,10 @@ its interval held the true test score. The reference is the same fast model fitt
 
 ``--speed`` times one refit as the label-refit job does it (fit on 100 / 500 / 1,000 labels, predict_proba on a
 10,000-text pool, estimate, rank_pool); ``--plot`` draws docs/labelling_curves.png from the results;
-``--real`` would train real runs at 100/200/500 labels (not implemented in this session: see
-docs/labelling_measured.md). Embeddings are cached under bench/.cache/active_learning (gitignored).
-Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again).
+``--real`` also trains the workbench's default run (``bench/small_data.py``'s ``workbench``: the engine with
+nothing set) on the first 100/200/500 labels of each strategy's first seed, scored on the test file. Embeddings are cached under bench/.cache/active_learning (gitignored).
+Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again); ``--real`` runs
+only the real runs, into bench/results/active_learning_real.json.
 Runs on one torch and one BLAS thread: the machine's two cores are shared.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ from jobs.labelling.fast_model import FastModel  # noqa: E402
 
 log = logging.getLogger("bench.active_learning")
 RESULTS = ROOT / "bench" / "results" / "active_learning.json"
+REAL_RESULTS = ROOT / "bench" / "results" / "active_learning_real.json"  # --real's runs: slow, kept apart
 CACHE = ROOT / "bench" / ".cache" / "active_learning"
 PLOT = ROOT / "docs" / "labelling_curves.png"
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", Path("/work/shared/data"))
@@ -117,8 +119,10 @@ def full_pool_score(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, 
 # --- the simulation --------------------------------------------------------------------------------------------
 
 def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_gold: np.ndarray, classes: list[str],
-             strategy: str, seed: int, budget: int, batch: int, random_share: float = 0.1) -> list[dict]:
-    """One run from 0 labels to ``budget``: a point per refit (every ``batch`` labels)."""
+             strategy: str, seed: int, budget: int, batch: int, random_share: float = 0.1,
+             asked: list | None = None) -> list[dict]:
+    """One run from 0 labels to ``budget``: a point per refit (every ``batch`` labels). ``asked``, when given,
+    receives the pool positions in the order they were labelled."""
     n = len(pool)
     clusters = coverage.cluster_pool(pool, seed=seed)
     labelled = np.zeros(n, dtype=bool)
@@ -132,6 +136,8 @@ def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_go
     points = []
     for step in range(budget // batch):
         take = order[:batch]
+        if asked is not None:
+            asked.extend(int(i) for i in take)
         labelled[take] = True
         random_flag[take] = picks[:batch]
         started = time.perf_counter()
@@ -160,6 +166,44 @@ def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_go
 
 def _round(value):
     return None if value is None else round(float(value), 4)
+
+
+# --- real runs ---------------------------------------------------------------------------------------------
+
+def real_runs(data: Path, name: str, seed: int, sizes=CHECKPOINTS) -> None:
+    """The workbench's default run (as ``bench/small_data.py``'s ``workbench``) trained on the first 100 / 200 / 500
+    labels of each strategy's run, scored on the test file."""
+    import tempfile
+
+    import torch
+
+    from bench.small_data import workbench
+
+    torch.set_num_threads(1)
+    real = json.loads(REAL_RESULTS.read_text()) if REAL_RESULTS.exists() else {}
+    pool, pool_labels = embedded(data, name, "train")
+    test, test_labels = embedded(data, name, "test")
+    texts, _ = read_split(data / SETS[name], "train")
+    test_texts, _ = read_split(data / SETS[name], "test")
+    classes = sorted(set(pool_labels))
+    test_gold = np.array([classes.index(label) for label in test_labels])
+    test_records = [{"text": t, "label": y} for t, y in zip(test_texts, test_labels)]
+    for strategy in STRATEGIES:
+        asked: list[int] = []
+        simulate(pool, pool_labels, test, test_gold, classes, strategy, seed, max(sizes), 10, asked=asked)
+        for size in sizes:
+            key = f"{name}/{strategy}/{seed}/{size}"
+            if key in real:
+                continue
+            train = [{"text": texts[i], "label": pool_labels[i]} for i in asked[:size]]
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as work:
+                predicted, extra = workbench("text-classification", train, test_records, seed, Path(work))
+            accuracy = float(np.mean([p == y for p, y in zip(predicted, test_labels)]))
+            real[key] = {"accuracy": round(accuracy, 4), "seconds": round(time.perf_counter() - started, 1),
+                         "method": extra.get("method"), "classes_in_labels": len({pool_labels[i] for i in asked[:size]})}
+            log.info("real %s: %s", key, real[key])
+            REAL_RESULTS.write_text(json.dumps(real, indent=1, sort_keys=True))
 
 
 # --- summary ---------------------------------------------------------------------------------------------------
@@ -433,15 +477,18 @@ def main() -> None:
     parser.add_argument("--speed", action="store_true", help="time the refit (fit + predict 10k + estimate + rank)")
     parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
     parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling_measured.md")
-    parser.add_argument("--real", action="store_true", help="real runs at 100/200/500 labels (not implemented)")
+    parser.add_argument("--real", action="store_true",
+                        help="also train the workbench's default run on the first 100/200/500 labels (seed: the first)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    if args.real:
-        raise SystemExit("--real is not implemented yet: see docs/labelling_measured.md")
     if args.table:
         print(tables(load()))
         return
     data = data_folder(args.data)
+    if args.real:
+        for name in [n for n in args.only.split(",") if n]:
+            real_runs(data, name, int(args.seeds.split(",")[0]))
+        return
     results = load()
     results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,
                         "model": "all-MiniLM-L6-v2 (packaged), frozen, mean-pooled, L2-normalised",
