@@ -246,6 +246,7 @@ def summarise(results: dict) -> dict:
                                                                           for p in chosen])), 4),
                                        "mean_width": round(float(np.mean([p["high"] - p["low"] for p in chosen])), 4)}
             first_hint = [next((p["labels"] for p in run if p["stop_hint"]), None) for run in runs]
+            at_hint = [next((p["accuracy"] for p in run if p["stop_hint"]), None) for run in runs]
             entry[strategy] = {"seeds": len(runs), "labels_to_target_mean_curve": labels_to_reach(labels, acc,
                                                                                                    TARGET * full),
                                "labels_to_target_per_seed": per_seed, "accuracy_at": at,
@@ -253,6 +254,8 @@ def summarise(results: dict) -> dict:
                                                if c in f1_labels},
                                "estimate_held_truth": round(float(np.mean(held)), 3) if held else None,
                                "estimate_by_source": by_source, "first_stop_hint_labels": first_hint,
+                               "accuracy_at_first_stop_hint": at_hint,
+                               "accuracy_at_budget_per_seed": [run[-1]["accuracy"] for run in runs],
                                "refit_seconds_mean": round(float(np.mean([p["seconds"] for r in runs for p in r])), 3)}
         if "default" in entry and "random" in entry:
             ours, theirs = entry["default"]["labels_to_target_mean_curve"], entry["random"]["labels_to_target_mean_curve"]
@@ -385,11 +388,13 @@ def tables(results: dict) -> str:
                     f"{entry['target_accuracy']:.3f} | {reach(ours)} / {reach(theirs)} | {saving_text} | {at(ours)} | "
                     f"{at(theirs)} | {diff} |")
     rows += ["", "| set | strategy | estimate from | points | interval held the test score | mean error | mean width |"
-             " first stop hint (labels, per seed) |", "|---|---|---|---|---|---|---|---|"]
+             " first stop hint per seed: labels (test accuracy there → at 500) |", "|---|---|---|---|---|---|---|---|"]
     for name, entry in summary.items():
         for strategy in STRATEGIES:
             d = entry[strategy]
-            hint = ", ".join("none" if v is None else str(v) for v in d["first_stop_hint_labels"])
+            hint = ", ".join("none" if v is None else f"{v} ({a:.3f} → {end:.3f})" for v, a, end in
+                             zip(d["first_stop_hint_labels"], d["accuracy_at_first_stop_hint"],
+                                 d["accuracy_at_budget_per_seed"]))
             for source, v in d["estimate_by_source"].items():
                 rows.append(f"| {TITLES[name]} | {strategy} | {source} | {v['points']} | {v['held']:.0%} | "
                             f"{v['mean_error'] * 100:+.1f} pts | {v['mean_width'] * 100:.0f} pts | {hint} |")

@@ -226,6 +226,8 @@ def test_stop_hint_fires_only_after_three_stable_refits_with_enough_labels():
     assert hint.startswith("You could stop here") and "99.5 %, 99.2 %, 99.9 % at 50, 60, 70 labels" in hint
     assert curve.stop_hint(stable + [point(70, 0.98)]) is None  # the last refit moved 2 % of the pool
     assert curve.stop_hint([point(20, 1.0), point(30, 1.0), point(40, 1.0)]) is None  # under 50 labels
+    no_better = Estimate(70, "accuracy", 0.87, 0.8, 0.93, 0.87, "cross-validation (5 folds)", 1.0)
+    assert curve.stop_hint(stable + [no_better]) is None  # stable only because it always says the majority class
 
 
 def test_estimate_source_follows_the_random_share():

@@ -145,12 +145,16 @@ def _same(a, b) -> bool:
 def stop_hint(estimates: Sequence[Estimate], window: int = STOP_WINDOW, threshold: float = STOP_AGREEMENT,
               min_labels: int = STOP_MIN_LABELS) -> Optional[str]:
     """"You could stop here" once the last ``window`` refits each kept at least ``threshold`` of the pool's
-    predictions unchanged, with at least ``min_labels`` labels; else None. ``estimates`` in refit order."""
+    predictions unchanged, with at least ``min_labels`` labels, and the latest estimate beats the majority-class
+    baseline; else None. ``estimates`` in refit order."""
     last = list(estimates)[-window:]
     if len(last) < window or last[-1].labels < min_labels:
         return None
     if any(point.agreement is None or point.agreement < threshold for point in last):
         return None
+    latest = last[-1]
+    if latest.estimate is not None and latest.majority is not None and latest.estimate <= latest.majority:
+        return None  # stable because it predicts the majority class everywhere: SMS spam's random run at 50 labels
     shares = ", ".join(f"{point.agreement * 100:.1f} %" for point in last)
     labels = ", ".join(str(point.labels) for point in last)
     return (f"You could stop here: the last {window} refits changed fewer than {(1 - threshold) * 100:.0f} % of the "
