@@ -378,10 +378,15 @@ def tables(results: dict) -> str:
         saving = entry.get("label_saving")
         saving_text = f"{saving:.0%}" if saving is not None else "—"
         for group, extra in long.items():
-            if group.startswith(name + "/") and extra.get("label_saving") is not None:
+            if group.startswith(name + "/") and "default" in extra and "random" in extra:
                 budget = group.split("/")[1]
-                d, r = extra["default"]["labels_to_target_mean_curve"], extra["random"]["labels_to_target_mean_curve"]
-                saving_text += f" (runs to {budget}: {d} / {r}, {extra['label_saving']:.0%})"
+                d, r = (extra[k]["labels_to_target_mean_curve"] for k in STRATEGIES)
+                per_seed = " / ".join(", ".join(f"> {budget}" if v is None else str(v)
+                                                for v in extra[k]["labels_to_target_per_seed"]) for k in STRATEGIES)
+                saved = f"{extra['label_saving']:.0%}" if extra.get("label_saving") is not None else (
+                    f"≥ {1 - d / int(budget):.0%}" if d else "—")
+                saving_text += (f"; runs to {budget}: {d or f'> {budget}'} / {r or f'> {budget}'} ({per_seed}), "
+                                f"{saved} fewer")
         at = lambda d: " / ".join(f"{d['accuracy_at'][c]:.3f}" for c in ("100", "200", "500"))  # noqa: E731
         diff = " / ".join(f"{v:+.1f}" for v in entry["default_minus_random_points"].values())
         rows.append(f"| {TITLES[name]} ({results['full'][name]['pool']}) | {entry['full_pool_accuracy']:.3f} | "
