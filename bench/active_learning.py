@@ -18,9 +18,10 @@ its interval held the true test score. The reference is the same fast model fitt
 
 ``--speed`` times one refit as the label-refit job does it (fit on 100 / 500 / 1,000 labels, predict_proba on a
 10,000-text pool, estimate, rank_pool); ``--plot`` draws docs/labelling_curves.png from the results;
-``--real`` would train real runs at 100/200/500 labels (not implemented in this session: see
-docs/labelling_measured.md). Embeddings are cached under bench/.cache/active_learning (gitignored).
-Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again).
+``--real`` also trains the workbench's default run (``bench/small_data.py``'s ``workbench``: the engine with
+nothing set) on the first 100/200/500 labels of each strategy's first seed, scored on the test file. Embeddings are cached under bench/.cache/active_learning (gitignored).
+Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again); ``--real`` runs
+only the real runs, into bench/results/active_learning_real.json.
 Runs on one torch and one BLAS thread: the machine's two cores are shared.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ from jobs.labelling.fast_model import FastModel  # noqa: E402
 
 log = logging.getLogger("bench.active_learning")
 RESULTS = ROOT / "bench" / "results" / "active_learning.json"
+REAL_RESULTS = ROOT / "bench" / "results" / "active_learning_real.json"  # --real's runs: slow, kept apart
 CACHE = ROOT / "bench" / ".cache" / "active_learning"
 PLOT = ROOT / "docs" / "labelling_curves.png"
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", Path("/work/shared/data"))
@@ -117,8 +119,10 @@ def full_pool_score(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, 
 # --- the simulation --------------------------------------------------------------------------------------------
 
 def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_gold: np.ndarray, classes: list[str],
-             strategy: str, seed: int, budget: int, batch: int, random_share: float = 0.1) -> list[dict]:
-    """One run from 0 labels to ``budget``: a point per refit (every ``batch`` labels)."""
+             strategy: str, seed: int, budget: int, batch: int, random_share: float = 0.1,
+             asked: list | None = None) -> list[dict]:
+    """One run from 0 labels to ``budget``: a point per refit (every ``batch`` labels). ``asked``, when given,
+    receives the pool positions in the order they were labelled."""
     n = len(pool)
     clusters = coverage.cluster_pool(pool, seed=seed)
     labelled = np.zeros(n, dtype=bool)
@@ -132,6 +136,8 @@ def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_go
     points = []
     for step in range(budget // batch):
         take = order[:batch]
+        if asked is not None:
+            asked.extend(int(i) for i in take)
         labelled[take] = True
         random_flag[take] = picks[:batch]
         started = time.perf_counter()
@@ -160,6 +166,44 @@ def simulate(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_go
 
 def _round(value):
     return None if value is None else round(float(value), 4)
+
+
+# --- real runs ---------------------------------------------------------------------------------------------
+
+def real_runs(data: Path, name: str, seed: int, sizes=CHECKPOINTS) -> None:
+    """The workbench's default run (as ``bench/small_data.py``'s ``workbench``) trained on the first 100 / 200 / 500
+    labels of each strategy's run, scored on the test file."""
+    import tempfile
+
+    import torch
+
+    from bench.small_data import workbench
+
+    torch.set_num_threads(1)
+    real = json.loads(REAL_RESULTS.read_text()) if REAL_RESULTS.exists() else {}
+    pool, pool_labels = embedded(data, name, "train")
+    test, test_labels = embedded(data, name, "test")
+    texts, _ = read_split(data / SETS[name], "train")
+    test_texts, _ = read_split(data / SETS[name], "test")
+    classes = sorted(set(pool_labels))
+    test_gold = np.array([classes.index(label) for label in test_labels])
+    test_records = [{"text": t, "label": y} for t, y in zip(test_texts, test_labels)]
+    for strategy in STRATEGIES:
+        asked: list[int] = []
+        simulate(pool, pool_labels, test, test_gold, classes, strategy, seed, max(sizes), 10, asked=asked)
+        for size in sizes:
+            key = f"{name}/{strategy}/{seed}/{size}"
+            if key in real:
+                continue
+            train = [{"text": texts[i], "label": pool_labels[i]} for i in asked[:size]]
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as work:
+                predicted, extra = workbench("text-classification", train, test_records, seed, Path(work))
+            accuracy = float(np.mean([p == y for p, y in zip(predicted, test_labels)]))
+            real[key] = {"accuracy": round(accuracy, 4), "seconds": round(time.perf_counter() - started, 1),
+                         "method": extra.get("method"), "classes_in_labels": len({pool_labels[i] for i in asked[:size]})}
+            log.info("real %s: %s", key, real[key])
+            REAL_RESULTS.write_text(json.dumps(real, indent=1, sort_keys=True))
 
 
 # --- summary ---------------------------------------------------------------------------------------------------
@@ -202,6 +246,7 @@ def summarise(results: dict) -> dict:
                                                                           for p in chosen])), 4),
                                        "mean_width": round(float(np.mean([p["high"] - p["low"] for p in chosen])), 4)}
             first_hint = [next((p["labels"] for p in run if p["stop_hint"]), None) for run in runs]
+            at_hint = [next((p["accuracy"] for p in run if p["stop_hint"]), None) for run in runs]
             entry[strategy] = {"seeds": len(runs), "labels_to_target_mean_curve": labels_to_reach(labels, acc,
                                                                                                    TARGET * full),
                                "labels_to_target_per_seed": per_seed, "accuracy_at": at,
@@ -209,6 +254,8 @@ def summarise(results: dict) -> dict:
                                                if c in f1_labels},
                                "estimate_held_truth": round(float(np.mean(held)), 3) if held else None,
                                "estimate_by_source": by_source, "first_stop_hint_labels": first_hint,
+                               "accuracy_at_first_stop_hint": at_hint,
+                               "accuracy_at_budget_per_seed": [run[-1]["accuracy"] for run in runs],
                                "refit_seconds_mean": round(float(np.mean([p["seconds"] for r in runs for p in r])), 3)}
         if "default" in entry and "random" in entry:
             ours, theirs = entry["default"]["labels_to_target_mean_curve"], entry["random"]["labels_to_target_mean_curve"]
@@ -218,6 +265,47 @@ def summarise(results: dict) -> dict:
                                                     for c in entry["default"]["accuracy_at"]
                                                     if c in entry["random"]["accuracy_at"]}
         summary[name] = entry
+    return summary
+
+
+def extend(results: dict, data: Path, name: str, budget: int, seeds: list[int], batch: int) -> None:
+    """Runs to ``budget`` labels (past the acceptance's 500) where 500 did not reach 95 % of the whole pool."""
+    pool, pool_labels = embedded(data, name, "train")
+    test, test_labels = embedded(data, name, "test")
+    classes = sorted(set(pool_labels))
+    test_gold = np.array([classes.index(label) for label in test_labels])
+    long = results.setdefault("runs_long", {})
+    for seed in seeds:
+        for strategy in STRATEGIES:
+            key = f"{name}/{strategy}/{seed}/{budget}"
+            if key not in long:
+                long[key] = simulate(pool, pool_labels, test, test_gold, classes, strategy, seed, budget, batch)
+                log.info("%s: %.3f at %d labels", key, long[key][-1]["accuracy"], long[key][-1]["labels"])
+                save(results)
+
+
+def summarise_long(results: dict) -> dict:
+    out = {}
+    for key in sorted(results.get("runs_long", {})):
+        name, strategy, _seed, budget = key.split("/")
+        out.setdefault(f"{name}/{budget}", {}).setdefault(strategy, []).append(results["runs_long"][key])
+    summary = {}
+    for group, by_strategy in out.items():
+        name = group.split("/")[0]
+        target = TARGET * results["full"][name]["accuracy"]
+        summary[group] = {"target_accuracy": round(target, 4)}
+        for strategy, runs in by_strategy.items():
+            labels, acc = mean_curve(runs)
+            summary[group][strategy] = {
+                "seeds": len(runs), "labels_to_target_mean_curve": labels_to_reach(labels, acc, target),
+                "labels_to_target_per_seed": [labels_to_reach(labels, np.array([p["accuracy"] for p in run]), target)
+                                              for run in runs],
+                "accuracy_at": {str(c): round(float(acc[labels == c][0]), 4) for c in (500, 1000, 1500, 2000)
+                                if c in labels}}
+        if "default" in summary[group] and "random" in summary[group]:
+            ours = summary[group]["default"]["labels_to_target_mean_curve"]
+            theirs = summary[group]["random"]["labels_to_target_mean_curve"]
+            summary[group]["label_saving"] = round(1 - ours / theirs, 3) if ours and theirs else None
     return summary
 
 
@@ -268,6 +356,66 @@ def refit_speed(data: Path, repeats: int = 3) -> dict:
     out["threads"] = "one BLAS thread (OMP/OPENBLAS/MKL_NUM_THREADS=1)"
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return out
+
+
+# --- the tables for docs/labelling_measured.md ----------------------------------------------------------------
+
+def tables(results: dict) -> str:
+    """Markdown: labels to 95 %, accuracy at 100/200/500, the estimate's coverage, the stop hint, the speed."""
+    rows = ["| set (pool) | whole pool | 95 % of it | labels to reach it: default / random (per seed) | fewer labels |"
+            " accuracy at 100 / 200 / 500: default | random | default − random (points) |",
+            "|---|---|---|---|---|---|---|---|"]
+    long = results.get("summary_long", {})
+    summary = {name: results["summary"][name] for name in SETS if name in results.get("summary", {})}
+    for name, entry in summary.items():
+        ours, theirs = entry["default"], entry["random"]
+
+        def reach(d):
+            mean = d["labels_to_target_mean_curve"]
+            seeds = ", ".join("> 500" if v is None else str(v) for v in d["labels_to_target_per_seed"])
+            return f"{'> 500' if mean is None else mean} ({seeds})"
+
+        saving = entry.get("label_saving")
+        saving_text = f"{saving:.0%}" if saving is not None else "—"
+        for group, extra in long.items():
+            if group.startswith(name + "/") and "default" in extra and "random" in extra:
+                budget = group.split("/")[1]
+                d, r = (extra[k]["labels_to_target_mean_curve"] for k in STRATEGIES)
+                per_seed = " / ".join(", ".join(f"> {budget}" if v is None else str(v)
+                                                for v in extra[k]["labels_to_target_per_seed"]) for k in STRATEGIES)
+                saved = f"{extra['label_saving']:.0%}" if extra.get("label_saving") is not None else (
+                    f"≥ {1 - d / int(budget):.0%}" if d else "—")
+                saving_text += (f"; runs to {budget}: {d or f'> {budget}'} / {r or f'> {budget}'} ({per_seed}), "
+                                f"{saved} fewer")
+        at = lambda d: " / ".join(f"{d['accuracy_at'][c]:.3f}" for c in ("100", "200", "500"))  # noqa: E731
+        diff = " / ".join(f"{v:+.1f}" for v in entry["default_minus_random_points"].values())
+        rows.append(f"| {TITLES[name]} ({results['full'][name]['pool']}) | {entry['full_pool_accuracy']:.3f} | "
+                    f"{entry['target_accuracy']:.3f} | {reach(ours)} / {reach(theirs)} | {saving_text} | {at(ours)} | "
+                    f"{at(theirs)} | {diff} |")
+    rows += ["", "| set | strategy | estimate from | points | interval held the test score | mean error | mean width |"
+             " first stop hint per seed: labels (test accuracy there → at 500) |", "|---|---|---|---|---|---|---|---|"]
+    for name, entry in summary.items():
+        for strategy in STRATEGIES:
+            d = entry[strategy]
+            hint = ", ".join("none" if v is None else f"{v} ({a:.3f} → {end:.3f})" for v, a, end in
+                             zip(d["first_stop_hint_labels"], d["accuracy_at_first_stop_hint"],
+                                 d["accuracy_at_budget_per_seed"]))
+            for source, v in d["estimate_by_source"].items():
+                rows.append(f"| {TITLES[name]} | {strategy} | {source} | {v['points']} | {v['held']:.0%} | "
+                            f"{v['mean_error'] * 100:+.1f} pts | {v['mean_width'] * 100:.0f} pts | {hint} |")
+    speed = results.get("refit_speed")
+    if speed:
+        rows += ["", "| labels | estimate from | fit | predict_proba 10k | estimate | rank_pool | total |",
+                 "|---|---|---|---|---|---|---|"]
+        for n, by in sorted(speed["labels"].items(), key=lambda item: int(item[0])):
+            for _, v in by.items():
+                rows.append(f"| {n} | {v['estimate_source']} | {v['fit_s']:.2f} s | {v['predict_10k_s']:.2f} s | "
+                            f"{v['estimate_s']:.2f} s | {v['rank_s']:.3f} s | **{v['total_s']:.2f} s** |")
+        big = speed["pool_100k"]
+        rows.append(f"\n100,000-text pool: cluster_pool {big['cluster_pool_s']:.1f} s, coverage_order "
+                    f"{big['coverage_order_s']:.1f} s, rank_pool {big['rank_pool_s']:.3f} s "
+                    f"(load average {', '.join(str(x) for x in speed['load_average'])}).")
+    return "\n".join(rows)
 
 
 # --- the picture -----------------------------------------------------------------------------------------------
@@ -334,18 +482,27 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--budget", type=int, default=500)
     parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--extend", default="",
+                        help="longer runs past the budget to find the labels to 95 %%, e.g. trec=2000,amazon=1500")
     parser.add_argument("--speed", action="store_true", help="time the refit (fit + predict 10k + estimate + rank)")
     parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
-    parser.add_argument("--real", action="store_true", help="real runs at 100/200/500 labels (not implemented)")
+    parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling_measured.md")
+    parser.add_argument("--real", action="store_true",
+                        help="also train the workbench's default run on the first 100/200/500 labels (seed: the first)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    if args.real:
-        raise SystemExit("--real is not implemented yet: see docs/labelling_measured.md")
+    if args.table:
+        print(tables(load()))
+        return
     data = data_folder(args.data)
+    if args.real:
+        for name in [n for n in args.only.split(",") if n]:
+            real_runs(data, name, int(args.seeds.split(",")[0]))
+        return
     results = load()
     results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,
                         "model": "all-MiniLM-L6-v2 (packaged), frozen, mean-pooled, L2-normalised",
-                        "fast_model": "jobs.labelling.fast_model.FastModel (logistic regression, C=10)",
+                        "fast_model": "jobs.labelling.fast_model.FastModel (logistic regression, C = 40,000 / labels in [10, 1000])",
                         "target": f"{TARGET:.0%} of the same fast model fitted on the whole pool"}
     if args.speed:
         results["refit_speed"] = refit_speed(data)
@@ -373,7 +530,11 @@ def main() -> None:
                          time.perf_counter() - started)
                 results["summary"] = summarise(results)
                 save(results)
+    for item in [x for x in args.extend.split(",") if x]:
+        name, budget = item.split("=")
+        extend(results, data, name, int(budget), [int(s) for s in args.seeds.split(",")], args.batch)
     results["summary"] = summarise(results)
+    results["summary_long"] = summarise_long(results)
     save(results)
     if args.plot:
         plot(results)

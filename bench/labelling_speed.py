@@ -2,7 +2,7 @@
 refit plus the re-ranking of the pool with the embeddings cached.
 
     python bench/labelling_speed.py [--rows 10000] [--labels 100 1000] [--repeats 5] [--data ../shared/data]
-                                    [--random-vectors]
+                                    [--random-vectors | --reuse-embeddings]
 
 The pool: the texts of the shared SMS Spam Collection and TREC question sets (train, dev, test), unique,
 shuffled once (seed 13), the first ``--rows``; each text's gold label is its set's label (ham, spam and the six
@@ -13,8 +13,10 @@ is the job's own:
 
 1. label-embed with the packaged all-MiniLM-L6-v2 (torch threads = 2): the embedding of the pool (written to the
    cache in chunks), then the cold start (clusters, coverage order, no zero-shot: the labels have no
-   descriptions). With ``--random-vectors`` the cache is filled with random unit vectors (dim 384) instead and
-   no embedding time is measured.
+   descriptions). The pool's embeddings are kept in bench/.cache; with ``--reuse-embeddings`` the project's
+   cache is filled from there, the job only does the cold start, and the embedding figures of the previous
+   results are kept. With ``--random-vectors`` the cache is filled with random unit vectors (dim 384) instead
+   and no embedding time is measured.
 2. For each ``--labels`` N: the first N items of the cold-start ranking are given their gold label (about 10 %
    of them random-share picks, as a labeller answering the queue in order leaves them), then ``--repeats``
    label-refit jobs: fit, predict over the pool, estimate, rank, one DB transaction. The job's own split of
@@ -47,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from bench.shared_data import DEFAULT_DATA  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "labelling_speed.json"
+CACHE = ROOT / "bench" / ".cache"
 SETS = {"sms_spam_collection": "ham/spam", "trec_question_type_train5500": "TREC-6"}
 TORCH_THREADS = 2
 
@@ -119,14 +122,17 @@ def run_job(wb, kind: str, project_id: int) -> dict:
             "torch_threads": threads, "metrics": metrics}
 
 
-def fill_random_cache(folder: Path, rows: int, dim: int = 384) -> None:
-    import numpy as np
-
+def fill_cache(folder: Path, vectors) -> None:
     from jobs.labelling.cache import EmbeddingCache
     from jobs.training.catalogue import packaged_model_path
 
-    vectors = np.random.default_rng(13).standard_normal((rows, dim)).astype(np.float32)
     EmbeddingCache(folder).append(0, vectors, str(packaged_model_path()))
+
+
+def random_vectors(rows: int, dim: int = 384):
+    import numpy as np
+
+    return np.random.default_rng(13).standard_normal((rows, dim)).astype(np.float32)
 
 
 def label_first(wb, project_id: int, gold: list[str], n: int) -> dict:
@@ -174,7 +180,15 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--random-vectors", action="store_true",
                         help="fill the cache with random unit vectors instead of embedding the pool")
+    parser.add_argument("--reuse-embeddings", action="store_true",
+                        help="fill the cache from bench/.cache (a previous run's MiniLM embeddings of the pool)")
     args = parser.parse_args()
+    import numpy as np
+
+    kept = CACHE / f"labelling_speed_minilm_{args.rows}.npy"
+    earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    if args.reuse_embeddings and not kept.is_file():
+        raise SystemExit(f"no embeddings kept at {kept}: run once without --reuse-embeddings")
 
     from storage.context import open_workbench
     from storage.models import KIND_LABEL_EMBED, KIND_LABEL_REFIT
@@ -189,7 +203,8 @@ def main() -> None:
         "pool": {"rows": len(texts), "classes": len(classes), "sets": list(SETS.values()),
                  "mean_chars": round(statistics.mean(len(t) for t in texts), 1)},
         "embeddings": "random unit vectors (dim 384)" if args.random_vectors else
-                      "all-MiniLM-L6-v2 (packaged), computed by the label-embed job below",
+                      "all-MiniLM-L6-v2 (packaged), computed by the label-embed job" +
+                      (" of an earlier run (kept in bench/.cache)" if args.reuse_embeddings else " below"),
         "torch_threads": TORCH_THREADS,
     }
     with tempfile.TemporaryDirectory(prefix="labelling-speed-") as tmp:
@@ -198,7 +213,9 @@ def main() -> None:
         folder = home / "labelling" / "1"
         project_id = make_project(wb, texts, classes, folder)
         if args.random_vectors:
-            fill_random_cache(folder, len(texts))
+            fill_cache(folder, random_vectors(len(texts)))
+        elif args.reuse_embeddings:
+            fill_cache(folder, np.load(kept))
         load_before = Path("/proc/loadavg").read_text().split()[0]
         embed = run_job(wb, KIND_LABEL_EMBED, project_id)
         metrics = embed["metrics"]
@@ -210,6 +227,21 @@ def main() -> None:
             "torch_threads": embed["torch_threads"], "cold_start_seconds": metrics.get("cold_start_seconds"),
             "clusters": metrics.get("clusters"), "loadavg_1min_before": float(load_before),
             "loadavg_1min_after": float(Path("/proc/loadavg").read_text().split()[0])}
+        if args.reuse_embeddings:  # the job only ranked the pool: keep the embedding measured before
+            before = earlier.get("embed_job") or {}
+            results["embed_job"] = {**{k: v for k, v in before.items() if k != "cold_start_seconds"},
+                                    "measured_at": before.get("measured_at"),
+                                    "cold_start_seconds": metrics.get("cold_start_seconds"),
+                                    "cold_start_job_wall_seconds": embed["wall_seconds"],
+                                    "cold_start_peak_rss_mb": embed["peak_rss_mb"],
+                                    "cold_start_loadavg_1min_before": float(load_before)}
+        else:
+            results["embed_job"]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            if not args.random_vectors:
+                from jobs.labelling.cache import EmbeddingCache
+
+                CACHE.mkdir(parents=True, exist_ok=True)
+                np.save(kept, np.asarray(EmbeddingCache(folder).load()))
         print(json.dumps(results["embed_job"]), flush=True)
         results["refit"] = {}
         for n in args.labels:

@@ -382,9 +382,9 @@ class LabelItem(Base):
 
     __table_args__ = (
         UniqueConstraint("project_id", "position", name="uq_label_items_position"),
-        Index("ix_label_items_project_rank", "project_id", "rank"),
         Index("ix_label_items_project_external", "project_id", "external_id"),
-        # The claim's tiers and the label counts (migration 0013_labelling_indexes).
+        # The claim's tiers (the ranking, then the unranked texts by position) and the label counts (migration
+        # 0013_labelling_indexes, which drops 0012's (project_id, rank): the planner took it and sorted the pool).
         Index("ix_label_items_project_rank_position", "project_id", "rank", "position"),
         Index("ix_label_items_project_relabel", "project_id", "relabel"),
         Index("ix_label_items_project_skipped", "project_id", "skipped_at"),
@@ -412,6 +412,9 @@ class LabelEvent(Base):
     random_pick: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
     undone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
     undoes: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    # Recorded in bulk (the labels a project's file held, an import of labels), not by a labeller one at a time:
+    # left out of the labels per minute (migration 0013_labelling_indexes).
+    bulk: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
 
     __table_args__ = (
         Index("ix_label_events_project_user", "project_id", "user", "id"),

@@ -40,6 +40,8 @@ def test_create_import_status_export_and_train(cli, wb, tmp_path):
     assert status["estimate"] is None and status["next_items"][0] == "ticket about thing 20"
     code, out, _ = cli("label", "status", pid)
     assert "20 of 24 labelled" in out and "next to label:" in out
+    code, out, _ = cli("label", "list", "--json")
+    assert [(p["id"], p["labelled"]) for p in json.loads(out)] == [(project["id"], 20)]
 
     target = tmp_path / "out.csv"
     code, out, err = cli("label", "export", pid, "--output", str(target))

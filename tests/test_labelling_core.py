@@ -226,3 +226,28 @@ def test_stop_hint_fires_only_after_three_stable_refits_with_enough_labels():
     assert hint.startswith("You could stop here") and "99.5 %, 99.2 %, 99.9 % at 50, 60, 70 labels" in hint
     assert curve.stop_hint(stable + [point(70, 0.98)]) is None  # the last refit moved 2 % of the pool
     assert curve.stop_hint([point(20, 1.0), point(30, 1.0), point(40, 1.0)]) is None  # under 50 labels
+    no_better = Estimate(70, "accuracy", 0.87, 0.8, 0.93, 0.87, "cross-validation (5 folds)", 1.0)
+    assert curve.stop_hint(stable + [no_better]) is None  # stable only because it always says the majority class
+
+
+def test_estimate_source_follows_the_random_share():
+    names = ["neg", "pos"]
+    X, ids = noisy_two_classes(100, seed=2)
+    y = [names[i] for i in ids]
+    ten = np.zeros(100, bool)
+    ten[:10] = True
+    assert curve.estimate(X, y, ten, names, False).source == "random share (n=10)"
+    assert curve.estimate(X, y, ten, names, False, min_random=30).source == "cross-validation (5 folds)"
+    # every label a random pick (the random strategy): cross-validation on all of them is unbiased and uses them all
+    assert curve.estimate(X, y, np.ones(100, bool), names, False).source == "cross-validation (5 folds)"
+
+
+def test_fast_model_penalty_per_label_is_constant_within_its_bounds():
+    emb, ids = blobs([10, 10])
+    names = ["a", "b"]
+    model = FastModel(names)
+    assert [model.fit(emb[:n], [names[i] for i in ids[:n]]).regularisation() for n in (4, 20)] == [1000.0, 1000.0]
+    assert FastModel(names).fit(emb[:0], []).regularisation() == 1000.0
+    big = np.tile(emb, (250, 1))
+    assert FastModel(names).fit(big, [names[i] for i in np.tile(ids, 250)]).regularisation() == 10.0
+    assert FastModel(names, C=3.0).regularisation() == 3.0

@@ -2,6 +2,7 @@
 with a tiny BERT saved to disk, the cold start, the refit, and kill -9 in the middle of each."""
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import os
@@ -17,9 +18,10 @@ from sqlalchemy import func, select, update
 from jobs.labelling.cache import EmbeddingCache, load_array
 from jobs.labelling.encoder import load_encoder
 from jobs.labelling.job import PREDICTIONS, mix_random_share, run_label_job
+from jobs.predict.spec import PredictSpec
 from jobs.process import run_job
 from jobs.queue import table as queue
-from storage.models import (FAILED, KIND_LABEL_EMBED, KIND_LABEL_REFIT, RUNNING, SUCCEEDED, LabelClass, LabelEstimate,
+from storage.models import (FAILED, KIND_LABEL_EMBED, KIND_LABEL_REFIT, KIND_PREDICT, RUNNING, SUCCEEDED, LabelClass, LabelEstimate,
                             LabelItem, LabelProject, Run, utcnow)
 from tests.conftest import ROOT
 from tests.queue_support import qwb  # noqa: F401 - the SQLite / PostgreSQL workbench fixture
@@ -344,3 +346,51 @@ def test_an_embed_job_killed_mid_pool_resumes_from_the_cache(wb, bert, records):
     fresh = encoder([r["text"] for r in records])
     assert np.allclose(emb, fresh / np.linalg.norm(fresh, axis=1, keepdims=True), atol=1e-4)
     assert sorted(r["rank"] for r in items(wb, project_id)) == list(range(40))
+
+
+# ------------------------------------------------------------------ a real run's predictions over the pool
+
+def test_a_real_runs_prediction_over_the_pool_drives_the_suggestions_and_the_curve_stays_the_fast_models(
+        wb, bert, records, tmp_path):
+    project_id = make_project(wb, bert, records)
+    gold = [r["label"] for r in records]
+    assert run_now(wb, KIND_LABEL_EMBED, project_id)[1] == run_job.EXIT_SUCCEEDED
+    give_labels(wb, project_id, range(10), gold)
+    assert run_now(wb, KIND_LABEL_REFIT, project_id)[1] == run_job.EXIT_SUCCEEDED
+    (tmp_path / "run" / "model").mkdir(parents=True)  # all a prediction job needs of its model's run here
+    with wb.db.session() as session:
+        trained = Run(name="from labels", task="text-classification", model="m", status=SUCCEEDED, spec={},
+                      output_dir=str(tmp_path / "run"), label_project_id=project_id)
+        session.add(trained)
+        session.flush()
+        trained_id = trained.id
+    spec = PredictSpec(kind="predict", run_id=trained_id, input_path=str(tmp_path / "unlabelled.csv"))
+    job_id = queue.submit_job(wb.db, KIND_PREDICT, spec.to_dict(), wb.settings.home / "runs",
+                              parent_run_id=trained_id, task="text-classification", model="m")
+    with wb.db.session() as session:
+        session.execute(update(Run).where(Run.id == job_id).values(label_project_id=project_id))
+    said = {i: ("neg", 0.9) if i % 2 else ("pos", 0.8) for i in range(10, 40)}
+
+    def predict(spec, model, output_dir, reporter, device=None):
+        out = Path(output_dir) / "predictions.csv"
+        with out.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["id", "text", "predicted_label", "score", "prob_pos", "prob_neg", "truncated"])
+            for i, (label, p) in said.items():
+                pos = p if label == "pos" else 1 - p
+                writer.writerow([str(i), records[i]["text"], label, p, pos, 1 - pos, False])
+        return {"output": str(out), "rows": len(said)}
+
+    claimed = queue.claim(wb.db, "test-worker", only=[job_id])
+    assert run_job.execute(wb, job_id, claimed.attempt, train_fn=None, predict_fn=predict) == run_job.EXIT_SUCCEEDED
+    rows = items(wb, project_id)
+    assert [(r["suggestion"], round(r["confidence"], 4)) for r in rows[10:]] == list(said.values())
+    assert sorted(r["rank"] for r in rows[10:]) == list(range(30))
+    assert project_row(wb, project_id)["estimates"] == 1
+
+    give_labels(wb, project_id, range(10, 16), gold)
+    run_id, code = run_now(wb, KIND_LABEL_REFIT, project_id)
+    assert code == run_job.EXIT_SUCCEEDED and status_of(wb, run_id)[1]["run_scored"] == 30
+    rows = items(wb, project_id)
+    assert [r["suggestion"] for r in rows[16:]] == [said[i][0] for i in range(16, 40)]
+    assert project_row(wb, project_id)["estimates"] == 2  # the fast model's curve goes on

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from storage.models import (EVENT_LABEL, KIND_LABEL_EMBED, KIND_LABEL_REFIT, QUEUED, SUCCEEDED, Audit, LabelEstimate,
+from storage.models import (EVENT_LABEL, FAILED, KIND_LABEL_EMBED, KIND_LABEL_REFIT, QUEUED, SUCCEEDED, Audit, LabelEstimate,
                             LabelEvent, LabelItem, LabelProject, Run, utcnow)
 from tests.queue_support import qwb, second_workbench  # noqa: F401
 from workbench.errors import ConfigError, DataValidationError, InvalidState
@@ -107,18 +107,20 @@ def test_two_labellers_never_hold_the_same_item(qwb, tmp_path):
     held: dict[str, int] = {}
     clashes: list[tuple[int, int]] = []
     errors: list[BaseException] = []
-    start = threading.Barrier(2)
+    start, guard = threading.Barrier(2), threading.Lock()
 
     def label_all(wb, user: str) -> None:
         try:
             start.wait()
             item = lab.next_item(wb, project["id"], user)
             while item is not None:
-                held[user] = item["item_id"]
-                if len(set(held.values())) < len(held):
-                    clashes.append(tuple(held.values()))
+                with guard:
+                    held[user] = item["item_id"]
+                    if len(set(held.values())) < len(held):
+                        clashes.append(tuple(held.values()))
                 item = lab.give_label(wb, project["id"], item["item_id"], "spam", user)["next"]
-                held.pop(user, None)
+                with guard:
+                    held.pop(user, None)
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
@@ -233,19 +235,37 @@ def test_undo_and_relabel_keep_the_history(qwb, tmp_path):
 
 
 def test_a_refit_is_queued_every_few_labels_and_never_twice(wb, tmp_path):
-    project = lab.create_project(wb, _pool(tmp_path, 12), "spam,ham", refit_every=3)
+    project = lab.create_project(wb, _pool(tmp_path, 20), "spam,ham", refit_every=3)
     pid = project["id"]
-    with wb.db.session() as session:  # the embedding is done
-        session.execute(update(Run).where(Run.label_project_id == pid).values(status=SUCCEEDED))
     item = lab.next_item(wb, pid, "ann")
-    refits = []
-    for _ in range(6):
-        answer = lab.give_label(wb, pid, item["item_id"], "ham", "ann")
-        refits.append(answer["refit"])
-        item = answer["next"]
-    assert refits[:2] == [None, None] and refits[2] is not None and refits[3:] == [None, None, None]
+
+    def label(times: int) -> list:
+        nonlocal item
+        refits = []
+        for _ in range(times):
+            answer = lab.give_label(wb, pid, item["item_id"], "ham", "ann")
+            refits.append(answer["refit"])
+            item = answer["next"]
+        return refits
+
+    def end_jobs(status: str) -> None:
+        with wb.db.session() as session:
+            session.execute(update(Run).where(Run.label_project_id == pid)
+                            .values(status=status, finished_at=utcnow()))
+
+    assert label(3) == [None] * 3  # the pool is not embedded yet
+    end_jobs(FAILED)
+    assert label(1) == [None]  # nor will it be: the embed job failed
+    end_jobs(SUCCEEDED)
+    refits = label(3)
+    assert refits[0] is not None and refits[1:] == [None, None]
     assert [r.status for r in _jobs(wb, pid, KIND_LABEL_REFIT)] == [QUEUED]
     assert lab.queue_refit(wb, pid) is None
+    with wb.db.session() as session:
+        session.execute(update(Run).where(Run.kind == KIND_LABEL_REFIT)
+                        .values(status=FAILED, finished_at=utcnow()))
+    refits = label(3)  # after a failed refit: refit_every more labels first
+    assert refits[:2] == [None, None] and refits[2] is not None
 
 
 def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
@@ -260,12 +280,19 @@ def test_status_counts_classes_and_shows_the_curve(qwb, tmp_path):
                                       low=value - 0.1, high=value + 0.1, majority=0.4, source="cross-validation"))
     status = lab.project_status(wb, project["id"])
     assert (status["labelled"], status["pool"], status["per_class"]) == (3, 5, {"a": 2, "b": 1})
+    assert status["labels_per_minute"] == 0  # the file's labels were not given by anyone just now
     assert status["estimate"]["estimate"] == 0.7 and [p["labels"] for p in status["curve"]] == [10, 20]
-    assert status["majority"] == 0.4 and status["next_items"] == ["t3", "t4"]
+    assert status["majority"] == 0.4 and status["next_items"] == ["t3", "t4"] and status["stop_hint"] is None
+    with wb.db.session() as session:  # three refits in a row that changed under 1 % of the predictions
+        session.add_all(LabelEstimate(project_id=project["id"], labels=labels, metric="macro_f1", estimate=0.8,
+                                      low=0.7, high=0.9, majority=0.4, source="cross-validation", agreement=0.995)
+                        for labels in (50, 60, 70))
+    assert lab.project_status(wb, project["id"])["stop_hint"].startswith("You could stop here")
     assert status["jobs"]["embed"]["status"] == QUEUED and status["jobs"]["refit"] is None
     item = lab.next_item(wb, project["id"], "ann")
     lab.give_label(wb, project["id"], item["item_id"], "b|a", "ann")
     assert _items(wb, project["id"])["4"].label == ["a", "b"]
+    assert lab.project_status(wb, project["id"])["labels_per_minute"] == 0.1
 
 
 def test_export_escapes_formulas_and_jsonl_is_exact_and_import_reads_it_back(wb, tmp_path):
@@ -368,3 +395,38 @@ def test_send_to_relabel_from_an_audit(wb, tmp_path):
     sent = lab.send_to_relabel(wb, audit_id, other)
     assert (sent["sent"], sent["not_found"]) == (1, ["train:1"])
     assert lab.next_item(wb, other, "ann")["text"] == "review 4"
+
+
+def test_the_loop_through_the_real_jobs(wb, tmp_path):
+    """The service with the real embed and refit jobs (a tiny BERT as the frozen encoder): the first item is
+    the cold start's, the tenth label queues a refit, and after it the status has an estimate and the next
+    item a suggestion."""
+    from jobs.process import run_job
+    from jobs.queue import table as queue
+    from tests.tiny_models import classification_records, distinct, tiny_bert
+
+    records = distinct(classification_records(40, seed=3))
+    pool = tmp_path / "reviews.jsonl"
+    pool.write_text("".join(json.dumps({"id": f"r{i}", "text": r["text"]}) + "\n" for i, r in enumerate(records)))
+    gold = {f"r{i}": r["label"] for i, r in enumerate(records)}
+    project = lab.create_project(wb, pool, ["pos: a review that liked the film", "neg: a review that disliked it"],
+                                 model=str(tiny_bert(tmp_path / "bert")))
+
+    def execute(run_id: int) -> None:
+        claimed = queue.claim(wb.db, "test-worker", only=[run_id])
+        assert run_job.execute(wb, run_id, claimed.attempt, train_fn=None) == 0
+
+    execute(project["embed_job"])
+    item = lab.next_item(wb, project["id"], "ann")
+    assert _items(wb, project["id"])[item["external_id"]].rank == 0 and item["suggestion"] in ("pos", "neg")
+    refit = None
+    for _ in range(10):
+        answer = lab.give_label(wb, project["id"], item["item_id"], gold[item["external_id"]], "ann")
+        item, refit = answer["next"], answer["refit"] or refit
+    assert refit is not None
+    execute(refit)
+    status = lab.project_status(wb, project["id"])
+    assert status["labelled"] == 10 and status["embedded"] == 40 and status["jobs"]["refit"]["status"] == SUCCEEDED
+    assert status["estimate"]["labels"] == 10 and len(status["curve"]) == 1
+    following = lab.next_item(wb, project["id"], "ann")
+    assert following["suggestion"] in ("pos", "neg") and 0 <= following["confidence"] <= 1

@@ -61,6 +61,10 @@ MISTAKES = [
      "jobs.export.speed -> jobs.process.fake_runner"),
     ("jobs/queue/states.py", "import jobs.queue.failures", "Rooms: no import circle inside a room",
      "- .states -> .failures"),
+    ("jobs/labelling/__init__.py", "import jobs.sweeps.driver",
+     "Rooms: labelling imports neither the queue, the sweeps nor the job process", "jobs.labelling -> jobs.sweeps.driver"),
+    ("jobs/labelling/curve.py", "import jobs.training.catalogue", "Rooms: the labelling core is pure numpy / scikit-learn",
+     "jobs.labelling.curve -> jobs.training.catalogue"),
 ]
 ROOM_CIRCLE = ("jobs/queue/failures.py", "import jobs.queue.states")  # with the states -> failures mistake above
 

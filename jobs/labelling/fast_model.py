@@ -10,15 +10,16 @@ from __future__ import annotations
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-C_DEFAULT = 10.0  # rows are unit vectors: the weights must be large to separate them; 10 suited all three bench sets
-MAX_ITER = 200
-TOL = 1e-3
+C_PER_LABELS = 40_000.0  # C = C_PER_LABELS / labels, clamped to [C_MIN, C_MAX]: the same penalty per label at
+C_MIN, C_MAX = 10.0, 1000.0  # every size (rows are unit vectors, so the weights must be large to separate them)
+MAX_ITER = 500
+TOL = 1e-4  # 1e-3 stopped SMS spam's whole-pool fit 1.2 points short of its optimum; fits stay under 0.1 s
 
 
 class FastModel:
     """Frozen embeddings + logistic regression over ``classes``; fits on any labels, even one class or none."""
 
-    def __init__(self, classes: list[str], multi_label: bool = False, seed: int = 0, C: float = C_DEFAULT,
+    def __init__(self, classes: list[str], multi_label: bool = False, seed: int = 0, C: float | None = None,
                  max_iter: int = MAX_ITER, tol: float = TOL):
         if len(classes) < (1 if multi_label else 2):
             raise ValueError(f"a labelling project needs at least {1 if multi_label else 2} classes, got {classes}")
@@ -77,8 +78,15 @@ class FastModel:
             both = 0 < count < len(hot)
             self._models.append(self._logistic().fit(X, hot[:, column]) if both else None)
 
+    def regularisation(self) -> float:
+        """The C of the logistic regression: as given, else C_PER_LABELS / labels clamped to [C_MIN, C_MAX]."""
+        if self.C is not None:
+            return float(self.C)
+        return float(min(max(C_PER_LABELS / max(self._n, 1), C_MIN), C_MAX))
+
     def _logistic(self) -> LogisticRegression:
-        return LogisticRegression(C=self.C, max_iter=self.max_iter, tol=self.tol, random_state=self.seed)
+        return LogisticRegression(C=self.regularisation(), max_iter=self.max_iter, tol=self.tol,
+                                  random_state=self.seed)
 
     # --- predicting ---------------------------------------------------------------------------------------
 

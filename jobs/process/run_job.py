@@ -289,14 +289,14 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
             log.error("run %s attempt %s is not ours any more; nothing to do", run_id, attempt)
             return EXIT_ORPHANED
         raw_spec, output_dir, kind = dict(run.spec), Path(run.output_dir), run.kind
-        sweep_id, trial_number = run.sweep_id, run.trial_number
+        sweep_id, trial_number, label_project_id = run.sweep_id, run.trial_number, run.label_project_id
     output_dir.mkdir(parents=True, exist_ok=True)
     if kind in LABEL_KINDS:
         return _execute_label_job(wb, run_id, attempt, kind, raw_spec, output_dir, label_fn or _real_label_job)
     if kind != KIND_TRAIN:
         return _execute_job(wb, run_id, attempt, kind, raw_spec, output_dir, {
             KIND_PREDICT: predict_fn or _real_prediction, KIND_EVALUATE: evaluate_fn or _real_evaluation,
-            KIND_EXPORT: export_fn or _real_export})
+            KIND_EXPORT: export_fn or _real_export}, label_project_id=label_project_id)
     if _is_rank_zero():
         discard_incomplete_checkpoints(output_dir)
     reporter = DbReporter(wb.db, run_id, attempt)
@@ -322,9 +322,10 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
 
 
 def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: dict[str, Any], output_dir: Path,
-                 work: Mapping[str, JobFn]) -> int:
+                 work: Mapping[str, JobFn], label_project_id: Optional[int] = None) -> int:
     """A prediction, evaluation or ONNX export: the model's run resolved into a ``ModelRef``, the work handed to
-    ``work[kind]``; cancel, failure and success recorded as for a training run."""
+    ``work[kind]``; cancel, failure and success recorded as for a training run. A prediction over a labelling
+    project's pool (``label_project_id``) then hands its scores to the project."""
     reporter = DbReporter(wb.db, run_id, attempt)
     spec = None
     try:
@@ -335,6 +336,8 @@ def _execute_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_spec: 
             log.info("run %s attempt %s: predicting %s with run %s", run_id, attempt, spec.input_name
                      or spec.input_path, spec.run_id)
             result = work[kind](spec, model, output_dir, reporter, device=device)
+            if label_project_id is not None:
+                _score_label_pool(wb, label_project_id, spec.run_id, result, reporter)
         elif kind == KIND_EXPORT:  # the parity check scores the model's own validation split
             log.info("run %s attempt %s: exporting run %s to ONNX", run_id, attempt, spec.run_id)
             result = work[kind](spec, model, _model_run_spec(wb, spec.run_id), output_dir, reporter, device=device)
@@ -369,6 +372,20 @@ def _execute_label_job(wb: Workbench, run_id: int, attempt: int, kind: str, raw_
         _record_failure(wb, run_id, attempt, exc, None, output_dir)
         return EXIT_FAILED
     return _succeeded(wb, run_id, attempt, reporter, output_dir, result, kind)
+
+
+def _score_label_pool(wb: Workbench, project_id: int, model_run_id: int, result: Mapping[str, Any], reporter) -> None:
+    """The finished prediction's scores drive the labelling project's suggestions and queries from now on
+    (``jobs.labelling.job.take_run_scores``). The prediction stands whatever happens here: a failure is logged."""
+    output = result.get("output") if isinstance(result, Mapping) else None
+    if not output:
+        return
+    try:
+        from jobs.labelling.job import take_run_scores
+
+        take_run_scores(wb, project_id, model_run_id, Path(output), reporter)
+    except Exception:  # noqa: BLE001 - the predictions are written and kept; the pool keeps its ranking
+        log.warning("the predictions could not be handed to labelling project %s", project_id, exc_info=True)
 
 
 def _model_run_spec(wb: Workbench, run_id: int) -> RunSpec:

@@ -32,9 +32,9 @@ from storage.datasets.read_classification import DelimitedRows
 from storage.datasets.read_pool import LABEL_SEPARATOR, PoolColumns, PoolRow, read_pool
 from storage.datasets.records import as_label
 from storage.datasets.source import open_text, scan
-from storage.models import (EVENT_LABEL, EVENT_SKIP, EVENT_UNDO, KIND_LABEL_EMBED, KIND_LABEL_REFIT, LABEL_KINDS,
-                            QUEUED, STRATEGIES, Audit, LabelClass, LabelEstimate, LabelEvent, LabelItem, LabelProject,
-                            Run, utcnow)
+from storage.models import (CANCELLED, EVENT_LABEL, EVENT_SKIP, EVENT_UNDO, FAILED, KIND_LABEL_EMBED,
+                            KIND_LABEL_REFIT, LABEL_KINDS, QUEUED, STRATEGIES, SUCCEEDED, Audit, LabelClass,
+                            LabelEstimate, LabelEvent, LabelItem, LabelProject, Run, utcnow)
 from workbench.errors import ConfigError, DataValidationError, InvalidState, NotFound
 
 log = logging.getLogger(__name__)
@@ -214,10 +214,10 @@ def _record_file_labels(session, project_id: int) -> None:
     """One label event per label the file already held (by its ``labelled_by``), in one INSERT … SELECT: no row
     passes through Python's memory."""
     picked = select(LabelItem.project_id, LabelItem.id, literal(EVENT_LABEL), LabelItem.label,
-                    LabelItem.labelled_by, LabelItem.labelled_at, LabelItem.random_pick, false()
+                    LabelItem.labelled_by, LabelItem.labelled_at, LabelItem.random_pick, false(), true()
                     ).where(LabelItem.project_id == project_id, LabelItem.labelled_at.is_not(None))
     session.execute(insert(LabelEvent).from_select(
-        ["project_id", "item_id", "action", "label", "user", "at", "random_pick", "undone"], picked,
+        ["project_id", "item_id", "action", "label", "user", "at", "random_pick", "undone", "bulk"], picked,
         include_defaults=False))
 
 
@@ -390,7 +390,7 @@ def give_label(wb: Workbench, project_id: int, item_id: int, label: Any, user: s
             label=value, labelled_by=user, labelled_at=now, relabel=False, skipped_at=None, claimed_by=None,
             claim_until=None).execution_options(synchronize_session=False))
         labelled = _labelled(session, project_id)
-        due = labelled >= project.ranked_at_labels + project.refit_every
+        due = _refit_due(session, project, labelled)
         following = _claim_next(session, wb.db.is_sqlite, project_id, claimant or user, now)
     refit = queue_refit(wb, project_id) if due else None
     return {"next": following, "labelled": labelled, "refit": refit}
@@ -480,6 +480,24 @@ def _label_jobs(session, project_id: int, kinds: Sequence[str], states: Sequence
                                                   Run.status.in_(list(states))).order_by(Run.id)))
 
 
+def _refit_due(session, project: LabelProject, labelled: int) -> bool:
+    """Whether the labels given call for a refit: ``refit_every`` new ones since the pool was last ranked, the
+    pool embedded (its latest embed job succeeded), and, after a refit that failed or was cancelled,
+    ``refit_every`` more labels since then (a refit that fails every time is not queued again at every label)."""
+    if labelled < project.ranked_at_labels + project.refit_every:
+        return False
+    embed = _latest_job(session, project.id, KIND_LABEL_EMBED)
+    if embed is None or embed.status != SUCCEEDED:
+        return False
+    refit = _latest_job(session, project.id, KIND_LABEL_REFIT)
+    if refit is None or refit.status not in (FAILED, CANCELLED):
+        return True
+    since = session.scalar(select(func.count()).select_from(LabelEvent).where(
+        LabelEvent.project_id == project.id, LabelEvent.action == EVENT_LABEL,
+        LabelEvent.at >= (refit.finished_at or refit.created_at))) or 0
+    return since >= project.refit_every
+
+
 def queue_refit(wb: Workbench, project_id: int) -> Optional[int]:
     """Queue a refit of the fast model and a new ranking; None when a label job of the project is queued or
     running already (the embedding must be done first, and one refit at a time covers every new label)."""
@@ -513,7 +531,7 @@ def _estimate_dict(row: LabelEstimate) -> dict[str, Any]:
 
 
 def _stop_hint(rows: list[LabelEstimate]) -> Optional[str]:
-    """The stopping rule's hint over the learning curve (``jobs.labelling.curve.stop_hint``)."""
+    """The stopping rule's hint over the refits in the order they ran (``jobs.labelling.curve.stop_hint``)."""
     if len(rows) < 3:
         return None
     from jobs.labelling import curve
@@ -558,7 +576,7 @@ def project_status(wb: Workbench, project_id: int, now: Optional[dt.datetime] = 
         summary = _project_dict(session, project)
         recent = session.scalar(select(func.count()).select_from(LabelEvent).where(
             LabelEvent.project_id == project_id, LabelEvent.at >= now - dt.timedelta(minutes=10),
-            LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false())) or 0
+            LabelEvent.action == EVENT_LABEL, LabelEvent.undone == false(), LabelEvent.bulk == false())) or 0
         estimates = list(session.scalars(select(LabelEstimate).where(LabelEstimate.project_id == project_id)
                                          .order_by(LabelEstimate.labels, LabelEstimate.id)))
         embedded = session.scalar(select(func.count()).select_from(LabelItem).where(
@@ -567,7 +585,7 @@ def project_status(wb: Workbench, project_id: int, now: Optional[dt.datetime] = 
         return {**summary, "per_class": _per_class(session, project), "labels_per_minute": round(recent / 10, 2),
                 "estimate": _estimate_dict(latest) if latest else None,
                 "curve": [_estimate_dict(r) for r in estimates], "majority": latest.majority if latest else None,
-                "stop_hint": _stop_hint(estimates), "embedded": int(embedded),
+                "stop_hint": _stop_hint(sorted(estimates, key=lambda r: r.id)), "embedded": int(embedded),
                 "jobs": {"embed": _job_dict(_latest_job(session, project_id, KIND_LABEL_EMBED)),
                          "refit": _job_dict(_latest_job(session, project_id, KIND_LABEL_REFIT))},
                 "next_items": [item["text"] for item in peek(session, project_id, now)]}
@@ -663,12 +681,12 @@ def import_labels(wb: Workbench, project_id: int, path: str | Path, user: str,
             changed += 1
             session.add(LabelEvent(project_id=project_id, item_id=item.id, action=EVENT_LABEL, label=value,
                                    previous=item.label, user=user, at=now, suggestion=item.suggestion,
-                                   random_pick=item.random_pick))
+                                   random_pick=item.random_pick, bulk=True))
             item.label, item.labelled_by, item.labelled_at, item.relabel = value, user, now, False
             item.skipped_at = None
         session.flush()
         labelled = _labelled(session, project_id)
-        due = labelled >= project.ranked_at_labels + project.refit_every
+        due = _refit_due(session, project, labelled)
     refit = queue_refit(wb, project_id) if due and changed else None
     return {"imported": changed, "unchanged": len(labels) - changed, "labelled": labelled, "refit": refit,
             "warnings": [str(w) for w in problems.warnings()]}
