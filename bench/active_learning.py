@@ -101,14 +101,18 @@ def embedded(data: Path, name: str, split: str) -> tuple[np.ndarray, list[str]]:
 # --- scores ----------------------------------------------------------------------------------------------------
 
 def scores(model: FastModel, X: np.ndarray, gold: np.ndarray) -> dict:
-    predicted = np.argmax(model.predict_proba(X), axis=1)
+    from jobs.evaluation.calibration import expected_calibration_error
+
+    proba = model.predict_proba(X)
+    predicted = np.argmax(proba, axis=1)
     f1s = []
     for c in range(len(model.classes)):
         tp = int(((predicted == c) & (gold == c)).sum())
         fp = int(((predicted == c) & (gold != c)).sum())
         fn = int(((predicted != c) & (gold == c)).sum())
         f1s.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
-    return {"accuracy": float((predicted == gold).mean()), "macro_f1": float(np.mean(f1s))}
+    return {"accuracy": float((predicted == gold).mean()), "macro_f1": float(np.mean(f1s)),
+            "ece": float(expected_calibration_error(proba, gold, False))}
 
 
 def full_pool_score(pool: np.ndarray, pool_labels: list[str], test: np.ndarray, test_gold: np.ndarray,
@@ -213,6 +217,16 @@ def mean_curve(runs: list[list[dict]], key: str = "accuracy") -> tuple[np.ndarra
     return labels, np.mean([[p[key] for p in run] for run in runs], axis=0)
 
 
+def _mean_at(runs: list[list[dict]], key: str) -> dict:
+    """The mean over seeds of ``key`` at each checkpoint (runs older than the key give nothing)."""
+    out = {}
+    for c in CHECKPOINTS:
+        values = [p[key] for run in runs for p in run if p["labels"] == c and key in p]
+        if values:
+            out[str(c)] = round(float(np.mean(values)), 4)
+    return out
+
+
 def labels_to_reach(labels: np.ndarray, values: np.ndarray, target: float) -> int | None:
     hit = np.flatnonzero(values >= target)
     return int(labels[hit[0]]) if len(hit) else None
@@ -252,6 +266,7 @@ def summarise(results: dict) -> dict:
                                "labels_to_target_per_seed": per_seed, "accuracy_at": at,
                                "macro_f1_at": {str(c): round(float(f1[f1_labels == c][0]), 4) for c in CHECKPOINTS
                                                if c in f1_labels},
+                               "ece_at": _mean_at(runs, "ece"),
                                "estimate_held_truth": round(float(np.mean(held)), 3) if held else None,
                                "estimate_by_source": by_source, "first_stop_hint_labels": first_hint,
                                "accuracy_at_first_stop_hint": at_hint,
@@ -403,6 +418,12 @@ def tables(results: dict) -> str:
             for source, v in d["estimate_by_source"].items():
                 rows.append(f"| {TITLES[name]} | {strategy} | {source} | {v['points']} | {v['held']:.0%} | "
                             f"{v['mean_error'] * 100:+.1f} pts | {v['mean_width'] * 100:.0f} pts | {hint} |")
+    rows += ["", "| set | strategy | ECE of the fast model on the test file at 100 / 200 / 500 labels |", "|---|---|---|"]
+    for name, entry in summary.items():
+        for strategy in STRATEGIES:
+            ece = entry[strategy].get("ece_at", {})
+            rows.append(f"| {TITLES[name]} | {strategy} | " + " / ".join(f"{ece[c]:.3f}" for c in sorted(ece, key=int))
+                        + " |")
     speed = results.get("refit_speed")
     if speed:
         rows += ["", "| labels | estimate from | fit | predict_proba 10k | estimate | rank_pool | total |",

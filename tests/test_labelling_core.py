@@ -251,3 +251,24 @@ def test_fast_model_penalty_per_label_is_constant_within_its_bounds():
     big = np.tile(emb, (250, 1))
     assert FastModel(names).fit(big, [names[i] for i in np.tile(ids, 250)]).regularisation() == 10.0
     assert FastModel(names, C=3.0).regularisation() == 3.0
+
+
+def test_temperature_tempers_an_over_confident_model_without_changing_its_predictions():
+    """32 dimensions, one of them signal, 60 labels: C = 40,000 / 60 fits the noise and is far too sure."""
+    names = ["neg", "pos"]
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 2, 1060)
+    X = np.where(ids[:, None] == 1, 0.25, -0.25) * np.r_[1.0, np.zeros(31)] + rng.normal(size=(1060, 32)) * 0.35
+    y = [names[i] for i in ids[:60]]
+    calibrated = FastModel(names).fit(X[:60], y)
+    raw = FastModel(names, calibrate=False).fit(X[:60], y)
+    assert calibrated.temperature > 2 and raw.temperature == 1.0
+    assert calibrated.predict(X[60:]) == raw.predict(X[60:])
+
+    def nll(model):
+        return -np.mean(np.log(model.predict_proba(X[60:])[np.arange(1000), ids[60:]]))
+
+    assert nll(calibrated) < 0.7 < 1.0 < nll(raw)
+    assert FastModel(names).fit(X[:29], y[:29]).temperature == 1.0  # too few labels to fit one
+    multi = FastModel(["a", "b"], multi_label=True).fit(X[:60], [["a"] if i else [] for i in ids[:60]])
+    assert multi.temperature > 2

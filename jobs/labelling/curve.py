@@ -56,7 +56,7 @@ def estimate(X_lab: np.ndarray, y_lab: list, random_pick: np.ndarray, classes: l
     random_pick = np.asarray(random_pick, dtype=bool)
     metric = "macro_f1" if multi_label else "accuracy"
     n = len(y_lab)
-    model = FastModel(classes, multi_label, seed)
+    model = FastModel(classes, multi_label, seed, calibrate=False)  # a temperature changes no prediction it scores
     gold = model.encode(list(y_lab))
     n_random = int(random_pick.sum())
     if n_random >= (MIN_RANDOM if min_random is None else min_random) and n - n_random >= n_random:
