@@ -373,7 +373,7 @@ def refit_speed(data: Path, repeats: int = 3) -> dict:
     return out
 
 
-# --- the tables for docs/labelling_measured.md ----------------------------------------------------------------
+# --- the tables for docs/labelling.md ----------------------------------------------------------------
 
 def tables(results: dict) -> str:
     """Markdown: labels to 95 %, accuracy at 100/200/500, the estimate's coverage, the stop hint, the speed."""
@@ -507,7 +507,7 @@ def main() -> None:
                         help="longer runs past the budget to find the labels to 95 %%, e.g. trec=2000,amazon=1500")
     parser.add_argument("--speed", action="store_true", help="time the refit (fit + predict 10k + estimate + rank)")
     parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
-    parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling_measured.md")
+    parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling.md")
     parser.add_argument("--real", action="store_true",
                         help="also train the workbench's default run on the first 100/200/500 labels (seed: the first)")
     args = parser.parse_args()
