@@ -109,7 +109,8 @@ SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tes
               "tests/test_cli_runs.py", "tests/browser/test_sweeps_browser.py", "tests/test_data_store.py",
               "tests/browser/test_playground_browser.py", "tests/test_run_compare.py",
               "tests/browser/test_export_browser.py", "tests/test_export.py", "tests/test_export_queue.py",
-              "tests/test_onnx_serving.py")
+              "tests/test_onnx_serving.py", "tests/browser/test_label_browser.py", "tests/test_labelling_jobs.py",
+              "tests/test_labelling_service.py")
 
 
 def pytest_collection_modifyitems(config, items):
