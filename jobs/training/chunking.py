@@ -318,18 +318,56 @@ def attention_pool(hidden: int):
     return _modules()[0](hidden)
 
 
-# ------------------------------------------------------------------ torch: reading documents with a model
+# ------------------------------------------------------------------ reading documents with a trained model
+#
+# Every reader of a chunked run (prediction and evaluation jobs, the playground and its REST API, the ONNX
+# export's parity check) splits documents with ``split_windows``, runs its own forward passes over the windows
+# (``window_batch``), and pools with ``pool``. An attention-pooled run's model answers with the window scores
+# beside the logits (``scoring_model``; its ONNX graph has the same second output, ``WINDOW_SCORE``).
 
-def score_windows(model, windows: Windows, chunking: Chunking, run_passes) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """The windows' logits (windows x classes) and, for attention pooling, their scores, through
-    ``run_passes(features, want_cls)`` -> (logits, cls vectors or None): the caller's forward passes."""
-    want_cls = chunking.pooling == "attention"
-    logits, cls = run_passes(windows.features, want_cls)
-    scores = window_scores(cls, chunking.scorer) if want_cls and cls is not None else None
-    if want_cls and scores is None:
-        raise TrainingError("this model's attention pooling needs the windows' [CLS] vectors",
-                            "export the run again with this version of the workbench")
-    return logits, scores
+WINDOW_SCORE = "window_score"
+
+
+def outputs_of(chunking: Optional[Chunking]) -> tuple[str, ...]:
+    """The outputs a chunked run's reader needs from each window."""
+    return ("logits", WINDOW_SCORE) if chunking is not None and chunking.pooling == "attention" else ("logits",)
+
+
+def scoring_model(model, chunking: Optional[Chunking]):
+    """``model`` returning ``window_score`` (the attention pooling's score of each window, from its [CLS]
+    vector) beside ``logits``; ``model`` itself unless the run pools by attention."""
+    if chunking is None or chunking.pooling != "attention":
+        return model
+    import torch
+
+    class ScoringModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.score = torch.nn.Linear(len(chunking.scorer["weight"]), 1)
+            with torch.no_grad():
+                self.score.weight.copy_(torch.tensor([chunking.scorer["weight"]]))
+                self.score.bias.fill_(float(chunking.scorer["bias"]))
+
+        @property
+        def config(self):
+            return self.model.config
+
+        def forward(self, **inputs):
+            import types
+
+            inputs.pop("output_hidden_states", None)
+            out = self.model(**inputs, output_hidden_states=True)
+            return types.SimpleNamespace(logits=out.logits, attentions=getattr(out, "attentions", None),
+                                         **{WINDOW_SCORE: self.score(out.hidden_states[-1][:, 0]).squeeze(-1)})
+
+    return ScoringModel().to(next(model.parameters()).device).eval()
+
+
+def window_batch(tokenizer, windows: Windows):
+    """The windows of ``windows`` as padded tensors (``input_ids``, ``attention_mask``, ...)."""
+    rows = [{name: values[i] for name, values in windows.features.items()} for i in range(len(windows.document))]
+    return tokenizer.pad(rows, padding=True, return_tensors="pt")
 
 
 def pooled(windows: Windows, chunking: Chunking, logits: np.ndarray, scores: Optional[np.ndarray]) -> np.ndarray:
