@@ -133,7 +133,8 @@ def export_fp32(model_dir: str | Path, task: str, path: Path) -> tuple[str, ...]
     args = tuple(sample[n] if n in sample else torch.zeros_like(sample["input_ids"]) for n in names)
     outputs = graph_outputs(model_dir, task)
     axes = {n: {0: "batch", 1: "sequence"} for n in (*names, *outputs)}
-    axes.update({n: {0: "batch"} for n in outputs if n == chunks.WINDOW_SCORE})  # one score per window
+    if chunks.WINDOW_SCORE in outputs:  # one score per window; the logits' second axis is the classes
+        axes.update({n: {0: "batch"} for n in outputs})
     with whole_file(path) as tmp:
         try:
             with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():

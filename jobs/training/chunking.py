@@ -353,10 +353,14 @@ def scoring_model(model, chunking: Optional[Chunking]):
         def config(self):
             return self.model.config
 
-        def forward(self, **inputs):
+        # named inputs: the ONNX exporter feeds the graph the inputs a model's forward names
+        def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
             import types
 
-            inputs.pop("output_hidden_states", None)
+            kwargs.pop("output_hidden_states", None)
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask, **kwargs}
+            if token_type_ids is not None:
+                inputs["token_type_ids"] = token_type_ids
             out = self.model(**inputs, output_hidden_states=True)
             return types.SimpleNamespace(logits=out.logits, attentions=getattr(out, "attentions", None),
                                          **{WINDOW_SCORE: self.score(out.hidden_states[-1][:, 0]).squeeze(-1)})
