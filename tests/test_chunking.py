@@ -183,3 +183,16 @@ def test_the_playground_reads_a_5000_word_text_in_windows_or_answers_422(attenti
     limit = wb.settings.playground_max_tokens
     assert (f"needs {8 * windows:,} windows of 24 tokens" in refused.json()["error"]
             and f"the limit is {limit:,} tokens per request, {limit // 24:,} windows" in refused.json()["error"])
+
+
+def test_the_data_check_and_the_train_form_say_what_chunking_will_do():
+    from workbench.services.estimates import long_share
+    from workbench.ui.plots import token_length_caption
+
+    stats = {"max_length": 128, "truncated_share": 0.51, "count": 1200, "mean": 300.0,
+             "windows": {"longer": 612, "count": 1200, "min": 2, "max": 6, "stride": 32},
+             "histogram": {"counts": [600, 600], "edges": [0, 128, 384]}}
+    assert ("612 of 1,200 texts are longer than the window: they will be read in 2–6 windows each"
+            in token_length_caption(stats))
+    assert long_share(stats, 128) == 0.51  # measured at this length
+    assert long_share(stats, 256) == pytest.approx(0.25)  # from the histogram: half of the second bin

@@ -268,7 +268,8 @@ def chunked_model(model, prepared: Prepared):
         return model
     from jobs.training.chunking import chunked_classifier
 
-    return chunked_classifier(model, chunking.pooling, prepared.extra["multi_label"], prepared.extra["class_weights"])
+    return chunked_classifier(model, chunking.pooling, prepared.extra["multi_label"], prepared.extra["class_weights"],
+                              chunking.scorer)
 
 
 def evaluate(prepared: Prepared, predictions) -> Evaluation:

@@ -245,12 +245,17 @@ def _modules():
         Takes the windows of a batch of documents (``document``: each window's document, 0 … n-1) and the
         documents' ``labels``; returns the documents' logits."""
 
-        def __init__(self, model, pooling: str, multi_label: bool, class_weights: Optional[list[float]] = None):
+        def __init__(self, model, pooling: str, multi_label: bool, class_weights: Optional[list[float]] = None,
+                     scorer: Optional[dict] = None):
             super().__init__()
             self.model, self.pooling, self.multi_label = model, pooling, multi_label
             self.class_weights = class_weights
             hidden = getattr(model.config, "hidden_size", None) or model.config.dim
             self.pool = AttentionPool(hidden) if pooling == "attention" else None
+            if self.pool is not None and scorer:  # a trained run's weights (chunking.json), for its evaluation
+                with torch.no_grad():
+                    self.pool.score.weight.copy_(torch.tensor([scorer["weight"]]))
+                    self.pool.score.bias.fill_(float(scorer["bias"]))
 
         @property
         def config(self):
@@ -305,9 +310,11 @@ def _modules():
     return AttentionPool, ChunkedClassifier, DocumentCollator
 
 
-def chunked_classifier(model, pooling: str, multi_label: bool, class_weights: Optional[list[float]] = None):
-    """``model`` (a sequence classifier) trained on documents read in windows, pooled by ``pooling``."""
-    return _modules()[1](model, pooling, multi_label, class_weights)
+def chunked_classifier(model, pooling: str, multi_label: bool, class_weights: Optional[list[float]] = None,
+                       scorer: Optional[dict] = None):
+    """``model`` (a sequence classifier) trained on documents read in windows, pooled by ``pooling``; ``scorer``:
+    a trained attention pooling's weights."""
+    return _modules()[1](model, pooling, multi_label, class_weights, scorer)
 
 
 def document_collator(tokenizer):

@@ -136,9 +136,11 @@ CLIP_STRETCH = 2  # the histogram stops at p99 when the longest example is more 
 
 
 def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, sampled: bool,
-                   population: int) -> dict[str, Any]:
+                   population: int, windows: bool = False) -> dict[str, Any]:
     """Mean, median, p95, p99, max, the share longer than ``max_length`` and a histogram of at most 10 bins, and
-    one more for the examples beyond p99 when the longest would stretch the bins (``clipped_at``: where it starts)."""
+    one more for the examples beyond p99 when the longest would stretch the bins (``clipped_at``: where it starts).
+    With ``windows`` (text classification, whose long texts are read in windows): how many texts are longer
+    than one window and in how many windows they would be read (``windows_summary``)."""
     if len(lengths) == 0:
         return {"tokenizer": tokenizer, "max_length": max_length, "count": 0}
     p99, longest = int(np.percentile(lengths, 99)), int(lengths.max())
@@ -165,7 +167,7 @@ def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, samp
         "clipped_at": int(edges[-2]) if clipped else None,  # the first length of the last bar, beyond p99
         "truncated_share": round(float((lengths > max_length).mean()), 4),
         "histogram": {"counts": counts.tolist(), "edges": [int(e) for e in edges]},
-        "windows": windows_summary(lengths, max_length),
+        **({"windows": windows_summary(lengths, max_length)} if windows else {}),
     }
 
 

@@ -193,8 +193,9 @@ class Predictor:
         self.calibration = load_calibration(model_dir) if kind in (TEXT, PAIR) else Calibration()
         # a run trained on long documents: every window read and pooled (jobs.training.chunking)
         self.chunking = load_chunking(model_dir) if kind in (TEXT, PAIR) else None
-        if self.chunking is not None:
-            self.max_length = min(self.max_length, int(self.chunking.window))
+        if self.chunking is not None:  # the run's window, even past MODEL_LIMIT (ModernBERT): the budget bounds it
+            self.max_length = int(min(n for n in (self.chunking.window, self.tokenizer.model_max_length,
+                                                  getattr(config, "max_position_embeddings", None)) if n))
         outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
         self.floats_per_token = floats_per_token(config, outputs)
         self._tok_lock = threading.Lock()

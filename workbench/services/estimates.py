@@ -132,6 +132,12 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
             sentence_model=bool(shape.get("sentence_head", shape.get("sentence_model", True)))):
         hp["head"] = "sentence"
         hp["why"] += f"; {hyperparameters.SENTENCE_HEAD_WHY}"
+    if spec.task == "text-classification":  # long texts read in windows: the form says so where "auto" turns it on
+        _, chunk_why = hyperparameters.chunking_choice(spec.task, spec.train.chunking,
+                                                       long_share(shape.get("token_stats"), hp["max_length"]),
+                                                       hp["max_length"], method)
+        if chunk_why:
+            hp["why"] += f"; {chunk_why}"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])
     if method == "setfit":  # pairs of texts, no evaluation or checkpoint before the end
         return {"train_examples": used, "examples_seen": 2 * hp["max_steps"] * hp["batch_size"],
@@ -147,6 +153,21 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
             "checkpoints": checkpoints or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
             "method": method, "epochs": steps / per_epoch}
+
+
+def long_share(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
+    """The share of the dataset's texts longer than ``max_length`` tokens: exact where the import measured it at
+    this length, else from the length histogram (each bin spread evenly); None without statistics."""
+    stats = token_stats or {}
+    if stats.get("truncated_share") is not None and stats.get("max_length") == max_length:
+        return float(stats["truncated_share"])
+    histogram = stats.get("histogram") or {}
+    counts, edges = histogram.get("counts") or [], histogram.get("edges") or []
+    if not counts or len(edges) != len(counts) + 1 or not sum(counts):
+        return None
+    longer = sum(c * min(1.0, max(0.0, (hi - max_length) / max(hi - lo, 1)))
+                 for c, lo, hi in zip(counts, edges, edges[1:]))
+    return longer / sum(counts)
 
 
 def tokens_per_example(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
