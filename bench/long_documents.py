@@ -184,6 +184,33 @@ def run_row(row: str, seed: int, preset: str) -> dict:
     return result
 
 
+LABELS = {"tfidf": "TF-IDF + LR", "frozen-trunc": "frozen MiniLM embeddings + LR, first 256 tokens",
+          "frozen-chunks": "frozen MiniLM embeddings + LR, mean of 256-token windows",
+          "trunc-default": "workbench, truncated at the default 128 tokens", "trunc-512": "workbench, truncated at 512",
+          "chunk-mean": "workbench, windows of 128, mean pooling (the default on long texts)",
+          "chunk-max": "workbench, windows of 128, max pooling",
+          "chunk-attention": "workbench, windows of 128, attention pooling"}
+
+
+def table(results: dict) -> str:
+    """The accuracy rows as a markdown table: mean ± sd over the seeds that ran, the first seed's wall time and
+    peak RSS (later seeds of the frozen rows reuse its embeddings), and the rows that did not run."""
+    import statistics
+
+    lines = ["| method | accuracy (dev + test, 300) | seeds | wall time | peak RSS |", "|---|---|---|---|---|"]
+    for row, label in LABELS.items():
+        seeds = results.get("rows", {}).get(row)
+        if not seeds:
+            lines.append(f"| {label} | not run | 0 | – | – |")
+            continue
+        scores = [r["accuracy"] for r in seeds.values()]
+        first = seeds[min(seeds, key=int)]
+        spread = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
+        lines.append(f"| {label} | {statistics.mean(scores):.3f}{spread} | {len(scores)} | "
+                     f"{first['wall_seconds']:,.0f} s | {first['peak_rss_mb']:,.0f} MB |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
@@ -191,7 +218,11 @@ def main() -> None:
     parser.add_argument("--preset", default="standard")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--one", nargs=2, metavar=("ROW", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument("--table", action="store_true", help="print the results as a markdown table and stop")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(RESULTS.read_text())))
+        return
     if args.one:
         import torch
 
