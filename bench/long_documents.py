@@ -32,7 +32,7 @@ from pathlib import Path
 DATA = Path(os.environ.get("LONG_DOCS", "/work/shared/data/movie_reviews_long"))
 RESULTS = Path(__file__).parent / "results" / "long_documents_cpu.json"
 ROWS = ("tfidf", "frozen-trunc", "frozen-chunks", "trunc-default", "trunc-512", "chunk-mean", "chunk-max",
-        "chunk-attention", "predict-250", "predict-1000")
+        "chunk-attention", "predict-100", "predict-250", "predict-1000")
 
 
 def read(name: str) -> list[dict]:
@@ -240,8 +240,10 @@ def main() -> None:
                 print(f"{row} seed {seed} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
                 continue
             result = json.loads(done.stdout.strip().splitlines()[-1])
-            results["rows"].setdefault(row, {})[str(seed)] = result
             print(row, seed, result, flush=True)
+            # read again before writing: another invocation may have added rows meanwhile
+            results["rows"] = (json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}})["rows"]
+            results["rows"].setdefault(row, {})[str(seed)] = result
             RESULTS.write_text(json.dumps(results, indent=2))
 
 
