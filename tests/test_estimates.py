@@ -42,8 +42,9 @@ def _past_run(wb, dataset_id: str, model: str = DEFAULT_MODEL, **changes) -> Non
                         finished_at=started + dt.timedelta(seconds=57)))  # 10 s outside the engine's clock
 
 
-def _spec(dataset_id: str, preset: str = "standard") -> RunSpec:
-    return RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset_id), train=TrainSpec(preset=preset))
+def _spec(dataset_id: str, preset: str = "standard", chunking: str = "auto") -> RunSpec:
+    return RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset_id),
+                   train=TrainSpec(preset=preset, chunking=chunking))
 
 
 def test_without_history_the_heuristic_includes_evaluation_and_says_it_is_rough(wb):
@@ -138,8 +139,12 @@ def test_long_texts_cost_what_training_reads_of_them(wb):
         session.add(Dataset(id="emails", name="emails", task="text-classification", format="csv",
                             content_hash="emails", path="/nowhere", num_train=2000, num_validation=500, labels={},
                             stats={"token_stats": lengths}, warnings=[]))
-    est = estimates.estimate_run(wb, _spec("emails"))
+    est = estimates.estimate_run(wb, _spec("emails", chunking="off"))
     assert est["tokens_per_example"] == 127.0 and est["parts"]["train"] == pytest.approx(150.0, rel=0.01)
+    # read whole in windows (chunking auto: most e-mails are longer than 128 tokens): every token, overlap included
+    chunked = estimates.estimate_run(wb, _spec("emails"))
+    assert chunked["tokens_per_example"] == pytest.approx(560.0 * 4 / 3, abs=0.1)
+    assert "read in overlapping windows of 128 tokens" in chunked["why"]
 
 
 def test_quick_is_estimated_on_the_examples_it_trains_on(wb):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from jobs.export.runtime import OUTPUT_NAMES
+from jobs.training import chunking as chunks
 from storage.errors import ConfigError, TrainingError
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,19 @@ def load_torch_model(model_dir: str | Path, task: str):
         return load_classifier(model_dir, attn_implementation="eager").eval()
     model_class = getattr(transformers, _MODEL_CLASSES[task])
     try:
-        return model_class.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+        model = model_class.from_pretrained(str(model_dir), attn_implementation="eager").eval()
     except (ValueError, ImportError):  # an architecture without the switch computes eagerly anyway
-        return model_class.from_pretrained(str(model_dir)).eval()
+        model = model_class.from_pretrained(str(model_dir)).eval()
+    if task == "text-classification":  # an attention-pooled run's graph also scores each window
+        model = chunks.scoring_model(model, chunks.load_config(model_dir))
+    return model
+
+
+def graph_outputs(model_dir: str | Path, task: str) -> tuple[str, ...]:
+    """The graph's outputs: the task's, and a chunked run's window scores where its pooling needs them."""
+    if task != "text-classification":
+        return OUTPUT_NAMES[task]
+    return chunks.outputs_of(chunks.load_config(model_dir))
 
 
 def model_inputs(model, tokenizer) -> tuple[str, ...]:
@@ -84,7 +95,7 @@ def model_inputs(model, tokenizer) -> tuple[str, ...]:
     return names if "input_ids" in names else ("input_ids", *names)
 
 
-def traceable(model, task: str, names: tuple[str, ...]):
+def traceable(model, task: str, names: tuple[str, ...], outputs: tuple[str, ...] | None = None):
     """``model`` taking its inputs by position (``names`` order) and returning plain tensors in
     ``OUTPUT_NAMES`` order (no ModelOutput): the form the tracer records."""
     import torch
@@ -96,7 +107,7 @@ def traceable(model, task: str, names: tuple[str, ...]):
 
         def forward(self, *args):
             out = self.model(**dict(zip(names, args)))
-            return tuple(getattr(out, name) for name in OUTPUT_NAMES[task])
+            return tuple(getattr(out, name) for name in (outputs or OUTPUT_NAMES[task]))
 
     return Traced().eval()
 
@@ -120,13 +131,15 @@ def export_fp32(model_dir: str | Path, task: str, path: Path) -> tuple[str, ...]
     sample = tokenizer(["an example sentence for the trace", "another one"], ["a second text", "and more"]
                        if task == "question-answering" else None, padding=True, return_tensors="pt")
     args = tuple(sample[n] if n in sample else torch.zeros_like(sample["input_ids"]) for n in names)
-    outputs = OUTPUT_NAMES[task]
+    outputs = graph_outputs(model_dir, task)
     axes = {n: {0: "batch", 1: "sequence"} for n in (*names, *outputs)}
+    if chunks.WINDOW_SCORE in outputs:  # one score per window; the logits' second axis is the classes
+        axes.update({n: {0: "batch"} for n in outputs})
     with whole_file(path) as tmp:
         try:
             with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
                 warnings.simplefilter("ignore")
-                torch.onnx.export(traceable(model, task, names), args, str(tmp), input_names=list(names),
+                torch.onnx.export(traceable(model, task, names, outputs), args, str(tmp), input_names=list(names),
                                   output_names=list(outputs), dynamic_axes=axes, opset_version=OPSET,
                                   do_constant_folding=True, dynamo=False)
         except OSError:

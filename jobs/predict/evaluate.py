@@ -211,8 +211,11 @@ def evaluation_hp(task: str, hp: dict, config, records: Sequence[dict], model_di
             raise TrainingError(f"the model in {model_dir} has no label names (config.id2label)",
                                 "evaluate a run trained by the workbench")
     if task == "text-classification":
+        from jobs.training.chunking import load_config
+
         hp["multi_label"] = getattr(config, "problem_type", None) == "multi_label_classification"
         hp["class_weights"] = False  # a training-loss setting; evaluation has no loss to weigh
+        hp["chunking_plan"] = load_config(model_dir)  # a run trained on documents reads them in windows again
     if task == "question-answering":
         hp["allow_null"] = any(not r["answers"]["text"] for r in records) or run_abstains(model_dir)
     return hp
@@ -246,6 +249,8 @@ def _evaluate_with_trainer(spec: PredictSpec, model_ref: ModelRef, module, recor
     model = module.build_model(path, prepared, config)
     _same_labels(model, run_hp, path)
     attention_path(model, config, task, device, run_hp.get("precision", "auto"), prepared)
+    if hasattr(module, "chunked_model"):  # documents: windows pooled as the run was trained
+        model = module.chunked_model(model, prepared)
     batch_size = run_hp["batch_size"] * 2 if task in PER_BATCH_LOSS_TASKS else (
         spec.batch_size or DEFAULT_BATCH.get(device.split(":")[0], 64))
     n_examples = len(prepared.eval_dataset)

@@ -30,6 +30,7 @@ from jobs.evaluation.postprocess import (MASK_PLACEHOLDER, PASS_FLOATS, QA_STRID
                             word_ids_from_offsets, word_labels)
 from jobs.predict.inputs import MLM, QA, TEXT, TOKENS
 from jobs.predict.spec import ModelRef
+from jobs.training import chunking as chunks
 from jobs.training.sentence_model import is_setfit_model, load_classifier
 from storage.errors import ConfigError, TrainingError
 
@@ -83,10 +84,12 @@ def _load_model(model_dir: Path, task: str):
         return load_classifier(model_dir, attn_implementation="sdpa")
     model_class = getattr(transformers, _MODEL_CLASSES[task])
     try:
-        return model_class.from_pretrained(str(model_dir), attn_implementation="sdpa")
+        model = model_class.from_pretrained(str(model_dir), attn_implementation="sdpa")
     except (ValueError, ImportError) as exc:
         log.warning("SDPA attention is not available for this model (%s); using its default attention", exc)
-        return model_class.from_pretrained(str(model_dir))
+        model = model_class.from_pretrained(str(model_dir))
+    # a run that pools its windows by attention also answers each window's score (jobs.training.chunking)
+    return chunks.scoring_model(model, chunks.load_config(model_dir)) if task == TEXT else model
 
 
 def run_abstains(model_dir: str | Path) -> bool:
@@ -150,6 +153,10 @@ class TorchPredictor:
         # the run's temperature and decision thresholds (jobs.evaluation.postprocess.load_calibration)
         self.calibration = load_calibration(model_dir) if task == TEXT else Calibration()
         self.calibrated = self.calibration.calibrated
+        # a run trained on long documents reads every window of a text and pools them (jobs.training.chunking)
+        self.chunking = chunks.load_config(model_dir) if task == TEXT else None
+        if self.chunking is not None:
+            self.max_length = min(self.max_length, int(self.chunking.window))
         outputs = getattr(config, "vocab_size", 0) if task == MLM else max(2, len(self.labels))
         self.floats_per_token = floats_per_token(config, outputs)
         self.batch_size = batch_size or (GPU_BATCH if device.startswith("cuda") else CPU_BATCH)
@@ -222,17 +229,32 @@ class TorchPredictor:
     def _classify(self, rows: list[dict]) -> list[dict]:
         texts = [r["text"] for r in rows]
         pairs = [r.get("text_pair", "") for r in rows] if any("text_pair" in r for r in rows) else None
-        enc = self._encode(texts, pairs)
-        truncated = self._overflows(enc, texts, pairs)
-        (logits,) = self._outputs(enc, "logits")
+        windows = None
+        if self.chunking is not None:
+            logits, windows = self._document_logits(texts, pairs)
+            truncated = [False] * len(rows)
+        else:
+            enc = self._encode(texts, pairs)
+            truncated = self._overflows(enc, texts, pairs)
+            (logits,) = self._outputs(enc, "logits")
         probs, decided = apply_calibration(logits, self.labels, self.multi_label, self.calibration)
         out = []
-        for row_probs, label, cut in zip(probs, decided, truncated):
+        for index, (row_probs, label, cut) in enumerate(zip(probs, decided, truncated)):
             scores = {name: float(p) for name, p in zip(self.labels, row_probs)}
             # the decided class's probability; a multi-label row's highest one
             score = row_probs.max() if self.multi_label else row_probs[self.labels.index(label)]
             out.append({"label": label, "score": float(score), "scores": scores, "truncated": cut})
+            if windows is not None:
+                out[-1]["windows"] = windows.kept[index]
         return out
+
+    def _document_logits(self, texts: list[str], pairs: Optional[list[str]]):
+        """Each document read in every one of its windows, the windows' logits pooled as the run was trained."""
+        windows = chunks.split_windows(self.tokenizer, texts, pairs, self.max_length, self.chunking.stride,
+                                       max_windows=10**9)
+        outputs = self._outputs(chunks.window_batch(self.tokenizer, windows), *chunks.outputs_of(self.chunking))
+        scores = outputs[1] if len(outputs) > 1 else None
+        return chunks.pooled(windows, self.chunking, outputs[0], scores), windows
 
     # ------------------------------------------------------------ token classification
 

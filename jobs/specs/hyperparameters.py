@@ -39,6 +39,31 @@ _TASK_FAMILY = {"text-classification": "classification", "token-classification":
 _MAX_LENGTH = {"text-classification": 128, "token-classification": 128, "question-answering": 384, "masked-lm": 128}
 
 
+# Chunking: "auto" reads long texts in windows once at least this share of the training texts is longer than
+# the window (docs/training.md, "Long documents"). Below it the few long texts lose little to truncation and a
+# run stays as fast as before; at it, a fifth of the training signal would be cut away.
+CHUNK_SHARE = 0.2
+
+
+def chunking_choice(task: str, requested: str, long_share: float | None, max_length: int,
+                    method: str = "finetune") -> tuple[str, str]:
+    """(pooling or "off", why) for ``train.chunking``: "auto" turns mean pooling on for text classification
+    when ``long_share`` (of the training texts, longer than ``max_length`` tokens) reaches ``CHUNK_SHARE``."""
+    if task != "text-classification" or method != "finetune":
+        return "off", ""
+    share = f"{long_share:.0%} of the training texts are longer than {max_length} tokens" \
+        if long_share is not None else ""
+    if requested == "off":
+        return "off", ""
+    if requested != "auto":
+        return requested, (f"long texts read in windows of {max_length} tokens, {requested} pooling, as the spec asks"
+                           + (f" ({share})" if share else ""))
+    if long_share is None or long_share < CHUNK_SHARE:
+        return "off", ""
+    return "mean", (f"{share}, so each is read in overlapping windows of {max_length} tokens and the windows' "
+                    f"scores averaged (chunking; at least {CHUNK_SHARE:.0%} turns it on)")
+
+
 def max_length_for(task: str) -> int:
     """The tokens of a text a run of ``task`` reads when its spec sets no ``max_length``."""
     return _MAX_LENGTH.get(task, 128)
@@ -319,6 +344,10 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         "precision": train.precision,
         "select_by": select_by,
         "lora": spec.lora.enabled,
+        # resolved by the engine once it has measured the training texts (chunking_choice)
+        "chunking": getattr(train, "chunking", "off") if task == "text-classification" else "off",
+        "chunk_stride": getattr(train, "chunk_stride", None),
+        "max_windows": getattr(train, "max_windows", 16),
     }
 
 
@@ -348,5 +377,5 @@ def _setfit_hyperparameters(spec, preset: str, cap: int | None, n_used: int) -> 
         "max_length": train.max_length or _MAX_LENGTH[spec.task], "warmup_ratio": train.warmup_ratio,
         "weight_decay": train.weight_decay, "seed": train.seed, "early_stopping_patience": 0,
         "eval_steps": None, "class_weights": train.class_weights, "multi_label": False,
-        "precision": train.precision, "select_by": "last", "lora": False,
+        "precision": train.precision, "select_by": "last", "lora": False, "chunking": "off",
     }

@@ -20,6 +20,8 @@ SPEC_VERSION = 1
 # positive-class threshold (jobs.evaluation.calibration); kept here so that reading a spec loads no numpy
 CALIBRATE_CHOICES = ("auto", "on", "off")
 THRESHOLD_TARGETS = ("best_f1", "precision>=0.9", "recall>=0.9")
+# text classification of documents longer than the window: read in windows and pooled (jobs.training.chunking)
+CHUNKING_CHOICES = ("auto", "off", "mean", "max", "attention")
 TASKS = ("text-classification", "token-classification", "question-answering", "masked-lm")
 # "bert-pretraining" (MLM + NSP) is an objective of the masked-lm task, see DataSpec/TrainSpec.objective.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -102,6 +104,12 @@ class TrainSpec:
     # Binary text classification: the positive class's decision threshold, chosen on the validation split
     # for this target; "none" keeps the most probable class.
     threshold: str = "none"  # none | best_f1 | precision>=0.9 | recall>=0.9
+    # Text classification of long texts: read each text in overlapping windows of max_length tokens and pool
+    # the windows' logits (jobs.training.chunking); "auto" turns mean pooling on when a meaningful share of the
+    # training texts is longer than the window (jobs.specs.hyperparameters.CHUNK_SHARE), "off" truncates.
+    chunking: str = "auto"  # auto | off | mean | max | attention
+    chunk_stride: Optional[int] = None  # tokens two windows share; None: a quarter of the window
+    max_windows: int = 16  # windows read per document at most; the rest are dropped and counted
 
 
 @dataclasses.dataclass
@@ -181,6 +189,9 @@ TRAIN_FIELDS: dict[str, Field] = {
     "method": Field("choice", choices=METHODS),
     "calibrate": Field("choice", choices=CALIBRATE_CHOICES),
     "threshold": Field("choice", choices=("none", *THRESHOLD_TARGETS)),
+    "chunking": Field("choice", choices=CHUNKING_CHOICES),
+    "chunk_stride": Field("int", 0, 65536, optional=True),
+    "max_windows": Field("int", 1, 4096),
 }
 LORA_FIELDS: dict[str, Field] = {
     "enabled": _BOOL,
@@ -236,6 +247,12 @@ def check_run_spec(spec: RunSpec, label: str = "run spec") -> None:
     train = spec.train
     if train.objective == "mlm+nsp" and spec.task != "masked-lm":
         raise ConfigError(f"{label}: train.objective mlm+nsp belongs to the masked-lm task, not {spec.task}")
+    if train.chunking not in ("auto", "off") and spec.task != "text-classification":
+        raise ConfigError(f"{label}: train.chunking {train.chunking} reads long texts for text classification; "
+                          f"choose auto or off for {spec.task}")
+    if train.chunking not in ("auto", "off") and train.method == "setfit":
+        raise ConfigError(f"{label}: train.chunking {train.chunking} trains a fine-tuned model on documents; "
+                          "choose method finetune (or chunking off) for this run")
     if train.method == "setfit" and (spec.task != "text-classification" or spec.lora.enabled):
         raise ConfigError(f"{label}: train.method setfit trains text classification without LoRA; "
                           "choose method finetune for this run")

@@ -76,6 +76,46 @@ def tokenize_batch(batch: dict, tokenizer, max_length: int, label2id: dict[str, 
     return encoded
 
 
+def tokenize_documents(batch: dict, tokenizer, chunking, label2id: dict[str, int], multi_label: bool,
+                       use_token_type_ids: bool) -> dict:
+    """Each record as the list of its windows (``jobs.training.chunking.split_windows``): one row per document,
+    each feature a list of windows; ``dropped`` counts the windows beyond ``max_windows``."""
+    from jobs.training.chunking import split_windows
+
+    pairs = batch.get("text_pair")
+    windows = split_windows(tokenizer, batch["text"], pairs if pairs and any(p for p in pairs) else None,
+                            chunking.window, chunking.stride, chunking.max_windows, use_token_type_ids)
+    out: dict = {name: [[] for _ in batch["text"]] for name in windows.features}
+    for row, doc in enumerate(windows.document):
+        for name, values in windows.features.items():
+            out[name][doc].append(values[row])
+    out["dropped"] = windows.dropped
+    if "label" in batch:
+        out["labels"] = [encode_label(v, label2id, multi_label) for v in batch["label"]]
+    return out
+
+
+def document_dataset(records: Sequence[dict], tokenizer, chunking, label2id: dict[str, int], multi_label: bool,
+                     use_token_type_ids: bool, labelled: bool = True):
+    """A dataset of documents read in windows, and how many windows ``max_windows`` dropped."""
+    from datasets import Dataset
+
+    from jobs.training.chunking import dropped_message
+
+    rows = [{"text": r["text"], "text_pair": r.get("text_pair"), **({"label": r["label"]} if labelled else {})}
+            for r in records]
+    ds = Dataset.from_list(rows).map(tokenize_documents, batched=True, fn_kwargs=dict(
+        tokenizer=tokenizer, chunking=chunking, label2id=label2id, multi_label=multi_label,
+        use_token_type_ids=use_token_type_ids))
+    dropped = list(ds["dropped"])
+    message = dropped_message(dropped, chunking.max_windows)
+    if message:
+        log.warning("%s", message)
+    columns = ["input_ids", "attention_mask"] + (["labels"] if labelled else []) + (
+        ["token_type_ids"] if use_token_type_ids else [])
+    return keep_columns(ds, columns), sum(dropped)
+
+
 def class_weights(label_ids: Sequence[int], num_labels: int) -> list[float]:
     """Inverse-frequency weights normalised to mean 1 (the 'balanced' heuristic of scikit-learn)."""
     counts = np.bincount(np.asarray(label_ids, dtype=np.int64), minlength=num_labels).astype(np.float64)
@@ -169,23 +209,36 @@ def prepare(train: list[dict], validation: list[dict], tokenizer, config, hp: di
     kwargs = dict(tokenizer=tokenizer, max_length=hp["max_length"], label2id=label2id, multi_label=multi_label,
                   use_token_type_ids=use_tt)
     columns = ["input_ids", "attention_mask", "labels"] + (["token_type_ids"] if use_tt else [])
-    datasets_ = []
+    chunking = hp.get("chunking_plan")  # jobs.training.chunking.resolve: the run reads long texts in windows
+    datasets_, dropped = [], 0
     for records in (train, validation):
+        if chunking is not None:
+            ds, cut = document_dataset(records, tokenizer, chunking, label2id, multi_label, use_tt)
+            datasets_.append(ds)
+            dropped += cut
+            continue
         rows = [{"text": r["text"], "text_pair": r.get("text_pair"), "label": r["label"]} for r in records]
         ds = Dataset.from_list(rows).map(tokenize_batch, batched=True, fn_kwargs=kwargs)
         datasets_.append(keep_columns(ds, columns))
     weights = None
     if hp.get("class_weights") and not multi_label:
         weights = class_weights([label2id[str(r["label"])] for r in train], len(names))
+    if chunking is not None:
+        from jobs.training.chunking import document_collator
+
+        collator = document_collator(tokenizer)
+    else:
+        collator = DataCollatorWithPadding(tokenizer)
     return Prepared(
         train_dataset=datasets_[0], eval_dataset=datasets_[1],
-        collator=DataCollatorWithPadding(tokenizer),
+        collator=collator,
         validation_records=validation,
         compute_metrics=functools.partial(trainer_metrics, names=names, multi_label=multi_label),
         main_metric=MAIN_METRIC, greater_is_better=True, labels=names,
         strata=None if multi_label else list(datasets_[0]["labels"]),
         extra={"multi_label": multi_label, "class_weights": weights, "max_length": hp["max_length"],
-               "head": hp.get("head", "classifier"), "seed": hp.get("seed", 42)},
+               "head": hp.get("head", "classifier"), "seed": hp.get("seed", 42), "chunking": chunking,
+               "windows_dropped": dropped},
     )
 
 
@@ -202,9 +255,21 @@ def build_model(path: str, prepared: Prepared, config):
                                          prepared.collator, balanced=bool(prepared.extra["class_weights"]),
                                          seed=prepared.extra["seed"])
     problem = "multi_label_classification" if prepared.extra["multi_label"] else "single_label_classification"
+    # a chunked run's windows classifier; the engine wraps it (after LoRA) to train on documents (chunked_model)
     return AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
         problem_type=problem, ignore_mismatched_sizes=True)
+
+
+def chunked_model(model, prepared: Prepared):
+    """``model`` trained on documents read in windows when the run chunks (``jobs.training.chunking``), else itself."""
+    chunking = prepared.extra.get("chunking")
+    if chunking is None:
+        return model
+    from jobs.training.chunking import chunked_classifier
+
+    return chunked_classifier(model, chunking.pooling, prepared.extra["multi_label"], prepared.extra["class_weights"],
+                              chunking.scorer)
 
 
 def evaluate(prepared: Prepared, predictions) -> Evaluation:
@@ -390,6 +455,13 @@ def predict_heldout(trainer, prepared: Prepared, records: list[dict]) -> dict:
                             "audit a dataset with one label per example")
     tokenizer = trainer.processing_class
     use_tt = "token_type_ids" in prepared.train_dataset.column_names
+    if prepared.extra.get("chunking") is not None:  # an audit of long documents reads them as training did
+        dataset, _ = document_dataset(records, tokenizer, prepared.extra["chunking"], {}, False, use_tt,
+                                      labelled=False)
+        output = trainer.predict(dataset)
+        logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        return {"probs": softmax(logits), "labels": list(prepared.labels), "record": list(range(len(records))),
+                "word": [-1] * len(records)}
     pairs = [r.get("text_pair") for r in records]
     encoded = tokenizer([r["text"] for r in records], pairs if any(p is not None for p in pairs) else None,
                         truncation=True, max_length=prepared.extra["max_length"])

@@ -24,6 +24,7 @@ from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTI
                            machine_load, mean_load, report_phase)
 from jobs.specs.run import RunSpec
 from jobs.training.attention import attention_path
+from jobs.training.chunking import describe as describe_chunking
 from jobs.training.data import split_validation, subsample
 from jobs.training.outputs import HELDOUT_FILE, assess_run, peak_rss_mb, write_heldout, write_outputs
 from jobs.training.tokenizers import load_tokenizer
@@ -174,7 +175,7 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
         return dict(evaluated.evaluation.metrics)
     report_phase(reporter, SAVING_MODEL)
     log.info("saving the model to %s", output_dir / "model")
-    _export(trainer.model, built.tokenizer, output_dir, spec.lora.enabled)
+    _export(trainer.model, built.tokenizer, output_dir, spec.lora.enabled, built.prepared.extra.get("chunking"))
     metrics = _run_metrics(data, built, trainer, fitted, evaluated, device, processes, setup_started)
     # nested: a machine's load is no score to compare runs on (workbench.services.estimates reads it)
     metrics["machine"] = {"load_per_cpu": mean_load(load_started, machine_load())}  # at its start and its end
@@ -234,15 +235,25 @@ def _build_model(spec: RunSpec, data: _Data, device: str) -> _Built:
 
     from jobs.training import lora
 
+    from jobs.training.chunking import resolve as resolve_chunking
+
     set_seed(data.hp["seed"])
     config = AutoConfig.from_pretrained(data.path)
     tokenizer = load_tokenizer(data.path, config, spec.task)
+    # long texts: read in windows and pooled, or truncated (train.chunking; "auto" measures the texts)
+    data.hp["chunking_plan"] = resolve_chunking(data.hp, tokenizer, data.train, spec.task)
+    if data.hp["chunking_plan"] is not None and data.hp.get("head") == "sentence":
+        data.hp.pop("head")  # the sentence head reads one vector per text: chunked runs train the classifier
+        log.info("chunking: the classifier head is trained on documents (the sentence head reads one window)")
     prepared = data.module.prepare(data.train, data.validation, tokenizer, config, data.hp)
+    data.hp.pop("chunking_plan")  # the prepared task holds it; hp stays plain JSON
     model = data.module.build_model(data.path, prepared, config)
     attention = attention_path(model, config, spec.task, device, data.hp["precision"], prepared)
     if spec.lora.enabled:
         model = lora.wrap(model, spec.task, config.model_type, spec.lora.r, spec.lora.alpha, spec.lora.dropout,
                           spec.lora.target_modules)
+    if hasattr(data.module, "chunked_model"):
+        model = data.module.chunked_model(model, prepared)
     trainable, total_params = _count_parameters(model)
     return _Built(tokenizer, prepared, model, attention, trainable, total_params)
 
@@ -278,8 +289,9 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
 
 
 def _class_weighted_loss(prepared):
-    """A loss weighted by the task's class weights when it prepared some; None keeps the model's own loss."""
-    if not prepared.extra.get("class_weights"):
+    """A loss weighted by the task's class weights when it prepared some; None keeps the model's own loss
+    (a chunked run's model weighs its document loss itself)."""
+    if not prepared.extra.get("class_weights") or prepared.extra.get("chunking") is not None:
         return None
     from jobs.tasks.classification import weighted_loss
 
@@ -400,7 +412,10 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
         "device": device,
         "processes": processes,
         **built.attention.as_metrics(),
+        **describe_chunking(built.prepared.extra.get("chunking")),
     })
+    if built.prepared.extra.get("chunking") is not None:
+        metrics["windows_dropped"] = int(built.prepared.extra.get("windows_dropped", 0))
     learned = next((c for c in trainer.callback_handler.callbacks if isinstance(c, StopWhenLearned)), None)
     if learned is not None and learned.learned_at is not None:  # the step floor's extra epochs were cut short
         metrics["learned_at_step"] = learned.learned_at
@@ -439,13 +454,21 @@ def _predict_heldout(module, spec: RunSpec, trainer, prepared) -> dict:
     return module.predict_heldout(trainer, prepared, records)
 
 
-def _export(model, tokenizer, output_dir: Path, is_lora: bool) -> None:
-    """Save the trained (best) model for pipelines; LoRA runs also keep the adapter alone."""
+def _export(model, tokenizer, output_dir: Path, is_lora: bool, chunking=None) -> None:
+    """Save the trained (best) model for pipelines; LoRA runs also keep the adapter alone. A chunked run saves
+    its windows classifier and ``chunking.json`` (window, stride, pooling and the attention pooling's weights)."""
+    from jobs.training.chunking import save_config
+
     model_dir = output_dir / "model"
+    if chunking is not None:
+        chunking = model.chunking(chunking.window, chunking.stride, chunking.max_windows)
+        model = model.model
     if is_lora:
         model.save_pretrained(output_dir / "adapter")
         model = model.merge_and_unload()
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
+    if chunking is not None:
+        save_config(model_dir, chunking)
 
 

@@ -378,4 +378,4 @@ def _token_stats(tokenizer: Any, options: ReadOptions, sample: Reservoir, max_le
                          hint="choose a local tokenizer or model folder")
         return None
     return length_summary(lengths, max_length, tokenizer=label, sampled=sample.seen > len(sample.items),
-                          population=sample.seen)
+                          population=sample.seen, windows=options.task == "text-classification")

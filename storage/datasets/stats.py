@@ -136,9 +136,11 @@ CLIP_STRETCH = 2  # the histogram stops at p99 when the longest example is more 
 
 
 def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, sampled: bool,
-                   population: int) -> dict[str, Any]:
+                   population: int, windows: bool = False) -> dict[str, Any]:
     """Mean, median, p95, p99, max, the share longer than ``max_length`` and a histogram of at most 10 bins, and
-    one more for the examples beyond p99 when the longest would stretch the bins (``clipped_at``: where it starts)."""
+    one more for the examples beyond p99 when the longest would stretch the bins (``clipped_at``: where it starts).
+    With ``windows`` (text classification, whose long texts are read in windows): how many texts are longer
+    than one window and in how many windows they would be read (``windows_summary``)."""
     if len(lengths) == 0:
         return {"tokenizer": tokenizer, "max_length": max_length, "count": 0}
     p99, longest = int(np.percentile(lengths, 99)), int(lengths.max())
@@ -165,4 +167,46 @@ def length_summary(lengths: np.ndarray, max_length: int, *, tokenizer: str, samp
         "clipped_at": int(edges[-2]) if clipped else None,  # the first length of the last bar, beyond p99
         "truncated_share": round(float((lengths > max_length).mean()), 4),
         "histogram": {"counts": counts.tolist(), "edges": [int(e) for e in edges]},
+        **({"windows": windows_summary(lengths, max_length)} if windows else {}),
     }
+
+
+# A long text is read in overlapping windows of ``max_length`` tokens (jobs.training.chunking); by default
+# consecutive windows share a quarter of a window. The arithmetic lives here, on the lowest floor, so the
+# data check and the training code count windows the same way.
+SPECIAL_TOKENS = 2  # [CLS] ... [SEP] around each window of a single text
+
+
+def default_stride(window: int) -> int:
+    """Tokens two consecutive windows share when the spec sets none: a quarter of the window."""
+    return max(0, window // 4)
+
+
+def window_count(length: int, window: int, stride: int | None = None, specials: int = SPECIAL_TOKENS) -> int:
+    """How many windows of ``window`` tokens (``specials`` of them added to each) read a text of ``length``
+    tokens (specials included), consecutive windows sharing ``stride`` tokens: what the tokenizer's
+    ``return_overflowing_tokens`` with ``stride`` makes."""
+    room = max(1, window - specials)
+    stride = default_stride(window) if stride is None else stride
+    step = max(1, room - min(stride, room - 1))
+    content = max(0, length - specials)
+    return 1 if content <= room else 1 + math.ceil((content - room) / step)
+
+
+def windows_summary(lengths: np.ndarray, max_length: int, stride: int | None = None) -> dict[str, Any]:
+    """How many texts are longer than one window, and in how many windows (fewest, most) they would be read."""
+    longer = [int(n) for n in lengths if n > max_length]
+    counts = [window_count(n, max_length, stride) for n in longer] or [1]
+    return {"longer": len(longer), "count": int(len(lengths)), "min": min(counts), "max": max(counts),
+            "stride": default_stride(max_length) if stride is None else stride}
+
+
+def windows_message(summary: dict[str, Any] | None) -> str:
+    """"612 of 1,200 texts are longer than the window: they will be read in 2–6 windows each" (empty when none
+    is longer)."""
+    if not summary or not summary.get("longer"):
+        return ""
+    low, high = summary["min"], summary["max"]
+    span = f"{low}" if low == high else f"{low}–{high}"
+    return (f"{summary['longer']:,} of {summary['count']:,} texts are longer than the window: they will be read "
+            f"in {span} windows each")

@@ -13,6 +13,7 @@ import typer
 
 from storage.context import open_workbench
 from storage.datasets import ColumnMapping
+from storage.datasets.stats import windows_message
 from workbench.cli import data_app, emit, id_argument
 from workbench.services import datasets as service
 
@@ -54,7 +55,8 @@ def _tokens_line(stats: dict[str, Any] | None) -> str:
     sampled = f", sample of {stats['count']}" if stats.get("sampled") else ""
     return (f"\ntokens ({stats['tokenizer']}{sampled}): mean {stats['mean']}, median {stats['p50']}, "
             f"p95 {stats['p95']}, max {stats['max']}; {stats['truncated_share']:.1%} longer than "
-            f"{stats['max_length']}")
+            f"{stats['max_length']}" + (f"\n{windows_message(stats.get('windows'))}"
+                                        if windows_message(stats.get("windows")) else ""))
 
 
 def _warnings_block(warnings: list) -> str:

@@ -21,6 +21,9 @@ MAX_TOKENS = 64
 class AttentionMaps:
     tokens: list[str]
     weights: np.ndarray  # (layers, heads, tokens, tokens); row = query token, column = attended token
+    # a long text read in windows: which window is shown (the one that mattered most, 0-based) and how many
+    window: Optional[int] = None
+    windows: Optional[int] = None
 
     @property
     def layers(self) -> int:
@@ -39,13 +42,33 @@ def attention_maps(predictor: Predictor, text: str, text_pair: Optional[str] = N
     this uses the predictor's eager twin: SDPA, which predictions use, returns no weights.
     """
     text = predictor.model_text(text)
-    enc = predictor.encode(text, text_pair, max_length=max_tokens)
+    window = windows = None
+    if getattr(predictor, "chunking", None) is not None:  # a long text: the window that mattered most
+        enc, window, windows = _weightiest_window(predictor, text, text_pair, max_tokens)
+    else:
+        enc = predictor.encode(text, text_pair, max_length=max_tokens)
     out = predictor.forward(enc, model=predictor.attention_model(), output_attentions=True)
     if not out.attentions:
         raise RuntimeError("the model returned no attentions; the eager twin must compute attention eagerly")
     weights = np.stack([a[0].float().cpu().numpy() for a in out.attentions])
     tokens = predictor.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
-    return AttentionMaps(tokens=[str(t) for t in tokens], weights=weights)
+    return AttentionMaps(tokens=[str(t) for t in tokens], weights=weights, window=window, windows=windows)
+
+
+def _weightiest_window(predictor: Predictor, text: str, text_pair: Optional[str], max_tokens: int):
+    """The window of a long text that weighed most in its score (its attention weight, or for mean and max
+    pooling its largest logit), cut to ``max_tokens``; with its index and the number of windows."""
+    from workbench.services.serving import most_attended, outputs_of, window_batch
+
+    windows = predictor.windows([text], [text_pair] if text_pair else None)
+    with predictor._tok_lock:
+        enc = window_batch(predictor.tokenizer, windows)
+    outputs = predictor._arrays(enc, *outputs_of(predictor.chunking))
+    best = most_attended(len(windows.document), outputs[1] if len(outputs) > 1 else None, outputs[0],
+                         predictor.chunking.pooling)
+    one = {k: v[best:best + 1, :max_tokens] for k, v in enc.items()}
+    keep = int(one["attention_mask"].sum())  # the window without its padding
+    return {k: v[:, :keep] for k, v in one.items()}, best, len(windows.document)
 
 
 def second_text(kind: str, text_pair: Optional[str]) -> Optional[str]:

@@ -170,6 +170,8 @@ def build_playground(wb: Workbench, slug: str, runtime: Optional[Playgrounds] = 
             layer_index = min(int(layer), maps.layers) - 1
             head_index = min(int(head), maps.heads) - 1
             where = f"layer {layer_index + 1}"
+            if maps.windows:  # a long text read in windows: the one that weighed most in its score is drawn
+                where += f", window {maps.window + 1} of {maps.windows} (the one that weighed most)"
             return (to_html(plot_head(maps, layer_index, head_index), f"attention of {where}, head {head_index + 1}",
                             f"attention-layer{layer_index + 1}-head{head_index + 1}.png"),
                     to_html(plot_layer(maps, layer_index), f"attention of every head of {where}",

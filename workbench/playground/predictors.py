@@ -21,7 +21,8 @@ from workbench.errors import ConfigError
 from workbench.services.serving import (  # noqa: F401 - re-exported: the playground's names for the shared functions
     MASK_PLACEHOLDER, PASS_FLOATS, PYTORCH, QA_MAX_ANSWER_TOKENS, QA_STRIDE, TOP_K, Calibration, apply_calibration,
     best_span, check_runtime, floats_per_token, group_entities, is_setfit_model, load_calibration, load_classifier,
-    load_onnx_model, replace_nth, rows_per_pass, softmax, split_words, word_ids_from_offsets, word_labels)
+    load_chunking, load_onnx_model, outputs_of, pooled, replace_nth, rows_per_pass, scoring_model, softmax,
+    split_windows, split_words, window_batch, word_ids_from_offsets, word_labels)
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ TEXT, PAIR, TOKENS, QA, MLM = (
 KINDS = (TEXT, PAIR, TOKENS, QA, MLM)
 MAX_BATCH = 64
 MAX_CHARS = 20_000
+# a run trained on long documents reads every window of a text (within the request's token budget), so it takes
+# longer texts: 100,000 characters is about 18,000 words
+LONG_MAX_CHARS = 100_000
 MAX_MASKS = 5  # fills per text: each candidate repeats the whole text, so they are bounded too
 MODEL_LIMIT = 512  # the most tokens a playground reads per input, whatever the run says
 MAX_TOKENS = 64 * MODEL_LIMIT  # tokens per request after truncation, unless the server says otherwise
@@ -68,7 +72,7 @@ FIELDS = {TEXT: ("text",), PAIR: ("text", "text_pair"), TOKENS: ("text",), QA: (
           MLM: ("text",)}
 
 
-def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
+def _one(kind: str, raw: Any, where: str, max_chars: int = MAX_CHARS) -> dict[str, str]:
     fields = FIELDS[kind]
     if isinstance(raw, str) and len(fields) == 1:
         item = {fields[0]: raw}
@@ -84,8 +88,8 @@ def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
     for name, value in item.items():
         if not isinstance(value, str) or not value.strip():
             raise InvalidInput(f"{where}: {name!r} must be a non-empty string; expected {_EXPECTED[kind]}")
-        if len(value) > MAX_CHARS:
-            raise InvalidInput(f"{where}: {name!r} has {len(value)} characters; the limit is {MAX_CHARS}")
+        if len(value) > max_chars:
+            raise InvalidInput(f"{where}: {name!r} has {len(value)} characters; the limit is {max_chars}")
         if not value.isascii():
             try:
                 value.encode("utf-8")
@@ -101,8 +105,9 @@ def _one(kind: str, raw: Any, where: str) -> dict[str, str]:
     return item
 
 
-def normalize_inputs(kind: str, raw: Any) -> tuple[list[dict[str, str]], bool]:
-    """The validated items and whether the request was a batch (a JSON list is always a batch)."""
+def normalize_inputs(kind: str, raw: Any, max_chars: int = MAX_CHARS) -> tuple[list[dict[str, str]], bool]:
+    """The validated items and whether the request was a batch (a JSON list is always a batch); ``max_chars``
+    per text (``LONG_MAX_CHARS`` for a run that reads long documents in windows)."""
     if raw is None:
         raise InvalidInput(f'missing "inputs"; expected {expected_inputs(kind)} or a list of those')
     if isinstance(raw, list) and not (kind == PAIR and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
@@ -110,8 +115,8 @@ def normalize_inputs(kind: str, raw: Any) -> tuple[list[dict[str, str]], bool]:
             raise InvalidInput("the batch is empty")
         if len(raw) > MAX_BATCH:
             raise InvalidInput(f"the batch has {len(raw)} inputs; the limit is {MAX_BATCH}")
-        return [_one(kind, item, f"inputs[{i}]") for i, item in enumerate(raw)], True
-    return [_one(kind, raw, "inputs")], False
+        return [_one(kind, item, f"inputs[{i}]", max_chars) for i, item in enumerate(raw)], True
+    return [_one(kind, raw, "inputs", max_chars)], False
 
 
 # ---------------------------------------------------------------- the predictor
@@ -186,6 +191,11 @@ class Predictor:
         self.multi_label = config.problem_type == "multi_label_classification"
         # the run's temperature and decision thresholds (jobs.evaluation.postprocess.load_calibration)
         self.calibration = load_calibration(model_dir) if kind in (TEXT, PAIR) else Calibration()
+        # a run trained on long documents: every window read and pooled (jobs.training.chunking)
+        self.chunking = load_chunking(model_dir) if kind in (TEXT, PAIR) else None
+        if self.chunking is not None:  # the run's window, even past MODEL_LIMIT (ModernBERT): the budget bounds it
+            self.max_length = int(min(n for n in (self.chunking.window, self.tokenizer.model_max_length,
+                                                  getattr(config, "max_position_embeddings", None)) if n))
         outputs = getattr(config, "vocab_size", 0) if kind == MLM else max(2, len(self.id2label))
         self.floats_per_token = floats_per_token(config, outputs)
         self._tok_lock = threading.Lock()
@@ -206,7 +216,8 @@ class Predictor:
         if self.kind == TEXT and is_setfit_model(self.model_dir):
             return load_classifier(self.model_dir, attn_implementation=attention).to(self.device).eval()
         model_class = getattr(transformers, _MODEL_CLASSES[self.kind])
-        return model_class.from_pretrained(str(self.model_dir), attn_implementation=attention).to(self.device).eval()
+        model = model_class.from_pretrained(str(self.model_dir), attn_implementation=attention).to(self.device).eval()
+        return scoring_model(model, load_chunking(self.model_dir)) if self.kind in (TEXT, PAIR) else model
 
     @property
     def nbytes(self) -> int:
@@ -279,11 +290,37 @@ class Predictor:
         mask = self.tokenizer.mask_token
         return text.replace(MASK_PLACEHOLDER, mask) if mask and mask != MASK_PLACEHOLDER else text
 
+    def windows(self, texts: list[str], pairs: Optional[list[str]] = None):
+        """The texts' windows (``jobs.training.chunking.split_windows``), every one of them, refused as a whole
+        (422) when their tokens (windows x window length) exceed the request's ``max_tokens``."""
+        with self._tok_lock:
+            windows = split_windows(self.tokenizer, texts, pairs, self.max_length, self.chunking.stride,
+                                    max_windows=10**9)
+        needed = len(windows.document)
+        if needed * self.max_length > self.max_tokens:
+            longest = max(windows.kept)
+            raise InvalidInput(f"the request needs {needed:,} windows of {self.max_length} tokens "
+                               f"({needed * self.max_length:,} tokens; the longest text alone {longest:,} windows); "
+                               f"the limit is {self.max_tokens:,} tokens per request, "
+                               f"{self.max_tokens // self.max_length:,} windows: send shorter or fewer texts")
+        return windows
+
+    def _document_logits(self, texts: list[str], pairs: Optional[list[str]]):
+        windows = self.windows(texts, pairs)
+        with self._tok_lock:
+            enc = window_batch(self.tokenizer, windows)
+        outputs = self._arrays(enc, *outputs_of(self.chunking))
+        return pooled(windows, self.chunking, outputs[0], outputs[1] if len(outputs) > 1 else None), windows
+
     def _classify(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:
         texts = [i["text"] for i in items]
         pairs = [i["text_pair"] for i in items] if self.kind == PAIR else None
-        enc = self.encode(texts, pairs) if pairs else self.encode(texts)
-        (logits,) = self._arrays(enc, "logits")
+        windows = None
+        if self.chunking is not None:
+            logits, windows = self._document_logits(texts, pairs)
+        else:
+            enc = self.encode(texts, pairs) if pairs else self.encode(texts)
+            (logits,) = self._arrays(enc, "logits")
         names = [self.label(j) for j in range(logits.shape[-1])]
         probs, decided = apply_calibration(logits, names, self.multi_label, self.calibration)
         out = []
@@ -295,6 +332,9 @@ class Predictor:
                             "labels": decision})
             else:
                 out.append({"label": decision, "score": scores[decision], "scores": scores})
+        if windows is not None:
+            for index, result in enumerate(out):
+                result["windows"] = windows.kept[index]
         return out
 
     def _tokens(self, items: list[dict[str, str]]) -> list[dict[str, Any]]:

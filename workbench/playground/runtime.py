@@ -11,6 +11,7 @@ import dataclasses
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from storage.context import Workbench
@@ -18,7 +19,8 @@ from workbench.playground import service
 from workbench.playground.attention import AttentionMaps, attention_maps, second_text
 from workbench.playground.cache import ModelCache, folder_weight_bytes, pick_device
 from workbench.playground.limits import ClientBounds, ForwardSlots, RateLimit
-from workbench.playground.predictors import FIELDS, InvalidInput, Predictor, normalize_inputs, resolve_kind
+from workbench.playground.predictors import (FIELDS, LONG_MAX_CHARS, MAX_CHARS, InvalidInput, Predictor,
+                                             normalize_inputs, resolve_kind)
 from workbench.services.serving import variant_path
 
 
@@ -43,6 +45,12 @@ def client_keys(target: service.Target, address: Optional[str]) -> tuple[tuple[s
     is handed to one person; its hash names it, the token itself is never kept)."""
     keys = (("address", address),) if address else ()
     return keys + ((("token", target.token_hash),) if target.token_hash is not None else ())
+
+
+def max_chars_of(target: service.Target) -> int:
+    """Characters a text may have: more for a run that reads long documents in windows (its ``chunking.json``);
+    their tokens are bounded by the request's token budget, counted over the windows."""
+    return LONG_MAX_CHARS if (Path(target.model_dir) / "chunking.json").is_file() else MAX_CHARS
 
 
 class Playgrounds:
@@ -131,7 +139,7 @@ class Playgrounds:
         started = time.perf_counter()
         target = self.target(slug, token, check)
         kind = self.kind(target)
-        items, batch = normalize_inputs(kind, raw)
+        items, batch = normalize_inputs(kind, raw, max_chars_of(target))
         predictor = self.predictor(target)
         predictions, tokens = self.slots.run(predictor.predict_counted, items)
         if meter is not None:
@@ -143,7 +151,7 @@ class Playgrounds:
         """Attention maps of one input, checked as a prediction's input is (422 with the same messages)."""
         target = self.target(slug, check=False)
         kind = self.kind(target)
-        items, batch = normalize_inputs(kind, raw)
+        items, batch = normalize_inputs(kind, raw, max_chars_of(target))
         if batch:
             raise InvalidInput("attention maps are drawn for one input at a time")
         values = [items[0][field] for field in FIELDS[kind]]

@@ -132,6 +132,12 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
             sentence_model=bool(shape.get("sentence_head", shape.get("sentence_model", True)))):
         hp["head"] = "sentence"
         hp["why"] += f"; {hyperparameters.SENTENCE_HEAD_WHY}"
+    if spec.task == "text-classification":  # long texts read in windows: the form says so where "auto" turns it on
+        hp["chunking"], chunk_why = hyperparameters.chunking_choice(
+            spec.task, spec.train.chunking, long_share(shape.get("token_stats"), hp["max_length"]), hp["max_length"],
+            method)
+        if chunk_why:
+            hp["why"] += f"; {chunk_why}"
     used = hyperparameters.examples_used(n_train, hp["max_train_examples"])
     if method == "setfit":  # pairs of texts, no evaluation or checkpoint before the end
         return {"train_examples": used, "examples_seen": 2 * hp["max_steps"] * hp["batch_size"],
@@ -149,14 +155,37 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
             "method": method, "epochs": steps / per_epoch}
 
 
-def tokens_per_example(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
+CHUNK_OVERLAP = 4 / 3  # windows sharing a quarter of a window (the default stride) read a long text 4/3 times
+
+
+def long_share(token_stats: Optional[dict[str, Any]], max_length: int) -> Optional[float]:
+    """The share of the dataset's texts longer than ``max_length`` tokens: exact where the import measured it at
+    this length, else from the length histogram (each bin spread evenly); None without statistics."""
+    stats = token_stats or {}
+    if stats.get("truncated_share") is not None and stats.get("max_length") == max_length:
+        return float(stats["truncated_share"])
+    histogram = stats.get("histogram") or {}
+    counts, edges = histogram.get("counts") or [], histogram.get("edges") or []
+    if not counts or len(edges) != len(counts) + 1 or not sum(counts):
+        return None
+    longer = sum(c * min(1.0, max(0.0, (hi - max_length) / max(hi - lo, 1)))
+                 for c, lo, hi in zip(counts, edges, edges[1:]))
+    return longer / sum(counts)
+
+
+def tokens_per_example(token_stats: Optional[dict[str, Any]], max_length: int,
+                       chunked: bool = False) -> Optional[float]:
     """Mean tokens training reads of a text of the dataset: ``min(length, max_length)`` per text, as the
     tokenizer cuts it (and ``group_by_length`` batches texts of about one length, so little padding is added).
 
     Exact where the import measured it at this ``max_length`` (``truncated_mean``); otherwise from the
     length histogram, each bin spread evenly and cut at ``max_length``; the mean itself, cut at
-    ``max_length``, where there is no histogram. None without statistics."""
+    ``max_length``, where there is no histogram. A run that reads long texts in windows (``chunked``) reads
+    every token, and the windows' overlap twice: the mean length x 4/3 (exact for long texts, above it for
+    texts of one window). None without statistics."""
     stats = token_stats or {}
+    if chunked and stats.get("mean"):  # every token read, a quarter of each further window again (the overlap)
+        return float(stats["mean"]) * CHUNK_OVERLAP
     if stats.get("truncated_mean") is not None and stats.get("max_length") == max_length:
         return float(stats["truncated_mean"])
     histogram = stats.get("histogram") or {}
@@ -216,7 +245,8 @@ def _history(wb: Workbench, model: str, task: str, kind: str, method: str = "fin
             if metrics.get("final_eval_seconds") is None:
                 continue  # trained before runs recorded the parts of their time
             max_length = ((spec or {}).get("train") or {}).get("max_length") or hyperparameters.max_length_for(task)
-            tokens = tokens_per_example((stats or {}).get("token_stats"), int(max_length))
+            tokens = tokens_per_example((stats or {}).get("token_stats"), int(max_length),
+                                        chunked=bool(metrics.get("chunking")))
             # the training process's own start (interpreter, torch) happens before the engine's clock starts
             process = actual_seconds({"started_at": started, "finished_at": finished})
             outside = max(0.0, process - metrics["wall_seconds"]) if process and metrics.get("wall_seconds") else 0.0
@@ -382,7 +412,8 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     shape["sentence_model"] = hyperparameters.is_sentence_model(catalogue.load_path(info))
     shape["sentence_head"] = shape["sentence_model"] and pools_as_supported(catalogue.load_path(info))
     plan = run_plan(spec, info.parameters, n_train, n_validation, shape)
-    tokens = mean_tokens or tokens_per_example(shape["token_stats"], int(plan["hp"]["max_length"]))
+    tokens = mean_tokens or tokens_per_example(shape["token_stats"], int(plan["hp"]["max_length"]),
+                                               chunked=plan["hp"].get("chunking", "off") != "off")
     kind = expected_device(spec_device(wb))
     load = load if load is not None else (current_load() or {})
     factor, changes = _load_factors(wb, kind, load)

@@ -169,6 +169,20 @@ def longer_max_length(stats: Mapping[str, Any] | None) -> int | None:
     return next((n for n in longer if isinstance(p95, (int, float)) and n >= p95), longer[-1])
 
 
+def windows_line(stats: Mapping[str, Any] | None) -> str:
+    """"612 of 1,200 texts are longer than the window: they will be read in 2–6 windows each", and what sets it
+    (empty when no text is longer than the window, or for tasks that do not read texts in windows)."""
+    from storage.datasets.stats import windows_message
+
+    message = windows_message((stats or {}).get("windows"))
+    if not message:
+        return ""
+    sample = " (in the sample measured)" if (stats or {}).get("sampled") else ""
+    return (f"📄 {message}{sample}, and their scores pooled: training turns this on (*Chunking*: auto) once a "
+            f"fifth of the training texts are longer than the window; with chunking off they are cut at "
+            f"{stats.get('max_length', '?')} tokens")
+
+
 def token_length_caption(stats: Mapping[str, Any] | None) -> str:
     """One line under the histogram: max length, share truncated, mean/p95, sampling."""
     stats = stats or {}
@@ -187,6 +201,9 @@ def token_length_caption(stats: Mapping[str, Any] | None) -> str:
     if stats.get("clipped_at"):
         parts.append(f"the chart stops at p99 ({stats.get('p99')}); its last bar holds the longer examples")
     line = " · ".join(parts)
+    windows = windows_line(stats)
+    if windows:  # text classification reads long texts in windows (train.chunking): no need for a longer length
+        return f"{line}  \n{windows}"
     offer = longer_max_length(stats)
     if offer:
         line += (f"  \n⚠ Many examples are cut: a **max length of {offer}** would keep "
