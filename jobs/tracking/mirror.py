@@ -50,9 +50,11 @@ def targets_for(wb: Workbench, facts: RunFacts, *, to: Optional[set[str]] = None
 
 def limit_requests(timeout: float) -> None:
     """Each request to a tracking server gives up after ``timeout`` seconds and is not retried by MLflow itself
-    (its default: 7 retries with back-off, minutes against a server that is down); the mirror retries instead."""
+    (its default: 7 retries with back-off, minutes against a server that is down); the mirror retries instead.
+    And MLflow prints no "View run at" lines on stdout, where `runs mirror --json` writes its answer."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(timeout))))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def set_warning(wb: Workbench, run_id: int, warning: Optional[str]) -> None:
@@ -141,12 +143,16 @@ class RunMirror:
             except Exception as exc:  # noqa: BLE001 - a tracker never fails the run
                 target.reset()
                 self._failed[id(target)] = describe(target, exc)
-                if not self._warned:
-                    self._warned = True
-                    message = self._failed[id(target)]
-                    log.warning("run %s: the mirror is behind (%s); the run goes on, and `workbench runs mirror %s` "
-                                "completes it later", self.facts.run_id, message, self.facts.run_id)
-                    self._record_warning(message)
+                self._warn_once(self._failed[id(target)])
+
+    def _warn_once(self, message: str) -> None:
+        """The run's one warning line, and its badge (``runs.mirror_warning``)."""
+        with self._lock:
+            warned, self._warned = self._warned, True
+        if not warned:
+            log.warning("run %s: the mirror is behind (%s); the run goes on, and `workbench runs mirror %s` "
+                        "completes it later", self.facts.run_id, message, self.facts.run_id)
+        self._record_warning(message)
 
     def _record_warning(self, message: str) -> None:
         try:
@@ -188,11 +194,9 @@ class RunMirror:
         if complete and self._warned:
             set_warning(self.wb, self.facts.run_id, None)  # caught up before the end
         elif not complete:
-            reason = next(iter(self._failed.values()), f"not finished within {self.timeout:g} s")
-            if not self._warned:
-                log.warning("run %s: the mirror is behind (%s); `workbench runs mirror %s` completes it",
-                            self.facts.run_id, reason, self.facts.run_id)
-            self._record_warning(reason)
+            slow = next(t for t in self.targets if not self._done[id(t)])
+            self._warn_once(next(iter(self._failed.values()), f"{slow.label} at {slow.where()}: no answer within "
+                                                                f"{self.timeout:g} s"))
         return complete
 
 

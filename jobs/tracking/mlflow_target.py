@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from jobs.tracking import params as P
 from jobs.tracking.pictures import write_pictures
-from jobs.tracking.record import Point, Snapshot, read_json
+from jobs.tracking.record import ENDED, Snapshot, read_json
 from storage.context import Workbench
 from storage.models import CANCELLED, FAILED, PRUNED, SUCCEEDED, Run, Sweep
 
@@ -200,11 +200,14 @@ class MlflowTarget:
         return run.info.run_id
 
     def _end_sweep(self, snap: Snapshot) -> None:
-        """A sweep's parent run ends with the sweep (checked as each trial ends)."""
+        """A sweep's parent run ends with the sweep: once the sweep is finished, or each of its trials has ended
+        (checked as each trial ends; the trial that ends last finds them all)."""
         if snap.facts.sweep_id is None:
             return
         with self.wb.db.session() as session:
-            row = session.execute(select(Sweep.mlflow_run_id, Sweep.finished_at)
+            row = session.execute(select(Sweep.mlflow_run_id, Sweep.finished_at, Sweep.n_trials)
                                   .where(Sweep.id == snap.facts.sweep_id)).first()
-        if row is not None and row.mlflow_run_id and row.finished_at is not None:
+            ended = session.scalar(select(func.count(func.distinct(Run.trial_number)))
+                                   .where(Run.sweep_id == snap.facts.sweep_id, Run.status.in_(ENDED)))
+        if row is not None and row.mlflow_run_id and (row.finished_at is not None or ended >= row.n_trials):
             self.client.set_terminated(row.mlflow_run_id, "FINISHED")
