@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any, Mapping, Optional
 
 from sqlalchemy import update
@@ -109,6 +110,8 @@ class RunMirror:
         self._done = {id(t): False for t in targets}
         self._failed: dict[int, str] = {}
         self._warned = False
+        # what the mirror cost: CPU time of its thread, its syncs, the wait at the run's end (bench/tracking_overhead.py)
+        self.stats = {"sync_cpu_seconds": 0.0, "syncs": 0, "close_wait_seconds": 0.0}
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"mirror-run-{facts.run_id}", daemon=True)
@@ -166,7 +169,10 @@ class RunMirror:
             self._wake.wait(pause)
             self._wake.clear()
             closing = self._closing.is_set()
+            started = time.thread_time()
             self._sync_all()
+            self.stats["sync_cpu_seconds"] += time.thread_time() - started
+            self.stats["syncs"] += 1
             if closing or all(self._done.values()):
                 return
             pause = min(RETRY_MAX_S, pause * 2) if self._failed else SYNC_INTERVAL_S
@@ -187,7 +193,11 @@ class RunMirror:
                 self._final = final or Final(status, {}, {})
         self._closing.set()
         self._wake.set()
+        started = time.perf_counter()
         self._thread.join(self.timeout)
+        self.stats["close_wait_seconds"] = time.perf_counter() - started
+        log.info("run %s: mirrored in %d writes, %.2f s of CPU, %.2f s waited at the end", self.facts.run_id,
+                 self.stats["syncs"], self.stats["sync_cpu_seconds"], self.stats["close_wait_seconds"])
         if status is None:
             return True
         complete = not self._thread.is_alive() and all(self._done.values())

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from sqlalchemy import func, select, update
 
 from jobs.tracking import params as P
-from jobs.tracking.pictures import write_pictures
+from jobs.tracking.pictures import warm_up, write_pictures
 from jobs.tracking.record import ENDED, Snapshot, read_json
 from storage.context import Workbench
 from storage.models import CANCELLED, FAILED, PRUNED, SUCCEEDED, Run, Sweep
@@ -61,6 +61,7 @@ class MlflowTarget:
             return True
         if self.run_id is None:
             self._attach(snap)
+            warm_up()  # matplotlib loads now, while the run trains, rather than in the wait at its end
         self._log_params(snap)
         points, self._sent = snap.points[self._sent:], len(snap.points)
         self._log_points([(P.metric_key(p.name), p.step, p.value) for p in points])
@@ -68,9 +69,12 @@ class MlflowTarget:
             return False
         last = max((p.step for p in snap.points), default=0)
         self._log_points([(key, last, value) for key, value in P.final_metrics(snap.final.metrics).items()])
-        self._log_artifacts(snap)
+        folder = snap.facts.output_dir
+        if folder is not None and (folder / "metrics.json").is_file():
+            self.client.log_artifact(self.run_id, str(folder / "metrics.json"))
         self.client.set_terminated(self.run_id, END_STATES.get(snap.final.status, "FINISHED"))
         self._end_sweep(snap)
+        self._log_pictures_and_model(snap)  # last: what takes longest comes after the run's numbers and state
         self._ended = True
         return True
 
@@ -160,12 +164,10 @@ class MlflowTarget:
             for metric in batch:
                 self._steps[metric.key] = max(metric.step, self._steps.get(metric.key, -1))
 
-    def _log_artifacts(self, snap: Snapshot) -> None:
+    def _log_pictures_and_model(self, snap: Snapshot) -> None:
         folder = snap.facts.output_dir
         if folder is None:
             return
-        if (folder / "metrics.json").is_file():
-            self.client.log_artifact(self.run_id, str(folder / "metrics.json"))
         with tempfile.TemporaryDirectory(prefix="wb-pictures-") as tmp:
             if write_pictures(Path(tmp), snap.points, read_json(folder / "tables.json")):
                 self.client.log_artifacts(self.run_id, tmp, "pictures")

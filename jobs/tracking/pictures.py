@@ -1,6 +1,7 @@
 """The pictures a mirror attaches to a run: its curves, and its confusion matrix when the task has one.
 
     write_pictures(folder, points, tables) -> [paths]   curves.png, confusion_matrix.png
+    warm_up()                                           load matplotlib ahead of time
 
 Drawn with matplotlib's object API (no pyplot state), so that two runs in one process never share a figure.
 """
@@ -10,6 +11,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from jobs.tracking.record import Point
+
+
+def warm_up() -> None:
+    """Load matplotlib's drawing code (about a second of CPU) ahead of the first picture."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
 
 
 def write_pictures(folder: Path, points: Iterable[Point], tables: Mapping[str, Any]) -> list[Path]:
