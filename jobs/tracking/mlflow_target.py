@@ -135,8 +135,9 @@ class MlflowTarget:
     def _tags(self, snap: Snapshot) -> dict[str, str]:
         facts = snap.facts
         tags = {"workbench.run_id": str(facts.run_id), "workbench.url": facts.url, "workbench.task": facts.task,
-                "workbench.model": facts.model, "workbench.instance": facts.instance,
-                "workbench.dataset": facts.dataset or "", "workbench.dataset_digest": facts.dataset_digest or ""}
+                "workbench.model": facts.model, "workbench.instance": facts.instance}
+        if facts.dataset is not None:  # a stored dataset (a run may name its files instead)
+            tags.update({"workbench.dataset": facts.dataset, "workbench.dataset_digest": facts.dataset_digest or ""})
         if facts.seed_group is not None:
             tags["workbench.seed_group"] = str(facts.seed_group)
         if facts.sweep_id is not None:
