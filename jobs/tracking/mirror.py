@@ -11,7 +11,8 @@ tracker that fails is retried with a growing pause, and the first failure leaves
 mirror still behind then keeps its warning until ``workbench runs mirror`` (or the worker's retry,
 ``jobs.tracking.backfill.retry_pending``) completes it. A point is settled, and sent, once a later step of its
 curve came or the run ended: the engine logs the final evaluation again at the last step, and the trackers must
-get the last value only.
+get the last value only. At the end the trackers get every point the database has for the run, which fills in
+what a killed attempt logged but never sent.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any, Mapping, Optional
 
 from sqlalchemy import update
 
-from jobs.tracking.record import Final, Point, RunFacts, Snapshot, load_facts, load_final
+from jobs.tracking.record import Final, Point, RunFacts, Snapshot, load_facts, load_final, load_points
 from storage.context import Workbench
 from storage.models import Run
 
@@ -37,15 +38,16 @@ def targets_for(wb: Workbench, facts: RunFacts, *, to: Optional[set[str]] = None
     """The trackers the settings turn on (``to`` narrows them: {"mlflow", "tensorboard"})."""
     found: list[Any] = []
     settings = wb.settings
+    # TensorBoard first: its files are local and quick, and a slow tracking server must not hold them back
+    if settings.tensorboard_dir and (to is None or "tensorboard" in to):
+        from jobs.tracking.tensorboard_target import TensorBoardTarget
+
+        found.append(TensorBoardTarget(settings.tensorboard_dir, facts.run_id, facts.title, fresh=fresh))
     if settings.mlflow_uri and (to is None or "mlflow" in to):
         from jobs.tracking.mlflow_target import MlflowTarget
 
         limit_requests(settings.tracking_timeout_seconds)
         found.append(MlflowTarget(wb, settings.mlflow_uri, settings.mlflow_experiment, settings.mlflow_log_model))
-    if settings.tensorboard_dir and (to is None or "tensorboard" in to):
-        from jobs.tracking.tensorboard_target import TensorBoardTarget
-
-        found.append(TensorBoardTarget(settings.tensorboard_dir, facts.run_id, facts.title, fresh=fresh))
     return found
 
 
@@ -107,6 +109,7 @@ class RunMirror:
         self._settled: list[Point] = []
         self._latest: dict[str, Point] = {}  # per curve, the point that may still be replaced
         self._final: Optional[Final] = None
+        self._recorded: list[Point] = []  # at the end: every point of the run, from the database
         self._done = {id(t): False for t in targets}
         self._failed: dict[int, str] = {}
         self._warned = False
@@ -130,10 +133,9 @@ class RunMirror:
 
     def _snapshot(self) -> Snapshot:
         with self._lock:
-            points = list(self._settled)
             if self._final is not None:
-                points += sorted(self._latest.values(), key=lambda p: (p.step, p.name))
-            return Snapshot(self.facts, points, self._final, self.hyperparameters)
+                return Snapshot(self.facts, list(self._recorded), self._final, self.hyperparameters)
+            return Snapshot(self.facts, list(self._settled), None, self.hyperparameters)
 
     def _sync_all(self) -> None:
         snap = self._snapshot()
@@ -189,8 +191,10 @@ class RunMirror:
     def _close(self, status: Optional[str]) -> bool:
         if status is not None:
             final = load_final(self.wb, self.facts.run_id)
+            recorded = load_points(self.wb, self.facts.run_id)  # this attempt's, and what a killed one logged
             with self._lock:
                 self._final = final or Final(status, {}, {})
+                self._recorded = recorded
         self._closing.set()
         self._wake.set()
         started = time.perf_counter()

@@ -4,8 +4,8 @@
 params (the spec, then the resolved hyper-parameters), tags, every curve point with its step, then the final
 metrics with their intervals, the artifacts (``metrics.json``, the pictures, the model folder when asked) and the
 end state. Calling it again after a failure, or from another process (a resumed attempt, a backfill), continues
-the same MLflow run, whose id is kept on the workbench run: a point is sent only past the last step MLflow has
-for its curve, so no step is written twice. A sweep is a parent run whose trials are its children.
+the same MLflow run, whose id is kept on the workbench run: a point is sent only for a step MLflow does not have
+for its curve, so no step is written twice, and the run's end fills in any step a killed attempt left unsent. A sweep is a parent run whose trials are its children.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class MlflowTarget:
         self.client: Any = None
         self.run_id: Optional[str] = None
         self.experiment_id: Optional[str] = None
-        self._steps: dict[str, int] = {}  # per metric key, the last step the MLflow run has
+        self._steps: dict[str, set[int]] = {}  # per metric key, the steps the MLflow run has
         self._params: set[str] = set()
         self._sent = 0  # points of the snapshot already handled
         self._ended = False
@@ -63,7 +63,10 @@ class MlflowTarget:
             self._attach(snap)
             warm_up()  # matplotlib loads now, while the run trains, rather than in the wait at its end
         self._log_params(snap)
-        points, self._sent = snap.points[self._sent:], len(snap.points)
+        # while the run trains, the points that came since the last write; at its end, every point it has (the
+        # database's, which also holds what a killed attempt logged and never got to send)
+        points = snap.points if snap.final is not None else snap.points[self._sent:]
+        self._sent = len(snap.points)
         self._log_points([(P.metric_key(p.name), p.step, p.value) for p in points])
         if snap.final is None:
             return False
@@ -128,7 +131,7 @@ class MlflowTarget:
             self.client.update_run(run.info.run_id, status="RUNNING")  # a resumed attempt
         self.run_id = run.info.run_id
         self._params = set(run.data.params)
-        self._steps = {key: max((m.step for m in self.client.get_metric_history(self.run_id, key)), default=-1)
+        self._steps = {key: {m.step for m in self.client.get_metric_history(self.run_id, key)}
                        for key in run.data.metrics}
         self._sent = 0
 
@@ -159,11 +162,11 @@ class MlflowTarget:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        fresh = [Metric(key, value, now, step) for key, step, value in points if step > self._steps.get(key, -1)]
+        fresh = [Metric(key, value, now, step) for key, step, value in points if step not in self._steps.get(key, ())]
         for batch in P.chunks(fresh, P.METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch, synchronous=True)
             for metric in batch:
-                self._steps[metric.key] = max(metric.step, self._steps.get(metric.key, -1))
+                self._steps.setdefault(metric.key, set()).add(metric.step)
 
     def _log_pictures_and_model(self, snap: Snapshot) -> None:
         folder = snap.facts.output_dir

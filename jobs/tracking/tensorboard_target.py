@@ -3,7 +3,8 @@
 Each run has a ``SummaryWriter`` of its own (tensorboardX): never the process-wide writer of transformers'
 ``TensorBoardCallback``, so two runs in one worker never mix. The folder holds a scalar per curve point and the
 run spec as text. A resumed attempt writes on from its first replayed step with ``purge_step``, so TensorBoard
-drops what the lost attempt wrote past it; a backfill writes the folder anew.
+drops what the lost attempt wrote past it, and at its end writes the folder anew from every point the run has
+(the lost attempt may have logged points it never wrote); a backfill writes the folder anew.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class TensorBoardTarget:
         self.folder = Path(root).expanduser() / folder_name(run_id, name)
         self.fresh = fresh  # a backfill: whatever the folder holds is written again
         self.writer: Any = None
+        self.resumed = False  # the folder had events of an earlier attempt when this writer opened it
         self._sent = 0
+        self._written: set[tuple[str, int]] = set()
         self._ended = False
 
     def where(self) -> str:
@@ -50,6 +53,7 @@ class TensorBoardTarget:
         if self.fresh and self.folder.exists():
             shutil.rmtree(self.folder)
         resumed = self.folder.is_dir() and any(self.folder.glob("events.out.tfevents.*"))
+        self.resumed = self.resumed or resumed
         self.folder.mkdir(parents=True, exist_ok=True)
         self.writer = SummaryWriter(str(self.folder), purge_step=first_step if resumed else None,
                                     flush_secs=5)
@@ -60,14 +64,21 @@ class TensorBoardTarget:
     def sync(self, snap: Snapshot) -> bool:
         if self._ended:
             return True
-        points = snap.points[self._sent:]
+        # while the run trains, the points that came since the last write; at its end, every point it has
+        points = snap.points if snap.final is not None else snap.points[self._sent:]
+        self._sent = len(snap.points)
+        if snap.final is not None and self.resumed:
+            # a resumed attempt's folder may lack what the lost attempt logged and never wrote: written anew
+            self.reset()
+            self.fresh, self._written = True, set()
         if self.writer is None:
             if not points and snap.final is None:
                 return False
             self._open(snap, points[0].step if points else None)
         for point in points:
-            self.writer.add_scalar(point.name, point.value, point.step)
-        self._sent = len(snap.points)
+            if (point.name, point.step) not in self._written:
+                self.writer.add_scalar(point.name, point.value, point.step)
+                self._written.add((point.name, point.step))
         if snap.final is None:
             return False
         self.writer.close()  # flushes every event to the file
