@@ -140,6 +140,11 @@ class Run(Base):
     label_project_id: Mapped[Optional[int]] = mapped_column(
         ForeignKey("label_projects.id", ondelete="SET NULL", name="fk_runs_label_project_id"), nullable=True,
         index=True)
+    # The run's mirror in MLflow (jobs.tracking): its MLflow run id, kept so that a resumed attempt and a backfill
+    # write into the same MLflow run; and why the mirror is behind (a tracker was down or slow), shown as a badge
+    # until a retry or `workbench runs mirror` catches up. NULL: mirrored in full, or never mirrored.
+    mlflow_run_id: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
+    mirror_warning: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
 
     dataset: Mapped[Optional[Dataset]] = relationship()
     points: Mapped[list["MetricPoint"]] = relationship(
@@ -250,6 +255,8 @@ class Sweep(Base):
     lock_until: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    # The MLflow parent run whose children are the sweep's trials (jobs.tracking); NULL until a trial is mirrored.
+    mlflow_run_id: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         # The target of the runs' (sweep_id, sweep_n_trials) foreign key.

@@ -103,6 +103,18 @@ SETTINGS: tuple[Setting, ...] = (
             "predictions (inputs x padded length after truncation, counted once answered; a client address, and "
             "on a token-protected playground also its token). A client in debt answers 429 with `Retry-After` "
             "until it is refilled. 0 turns the budget off.", int),
+    Setting("mlflow_uri", "", "Mirror every training run to MLflow (docs/tracking.md): a `sqlite:///path/mlflow.db` "
+            "store or an `http://host:5000` tracking server. Empty means no MLflow mirror."),
+    Setting("mlflow_experiment", "workbench", "The MLflow experiment runs are mirrored into (made when missing)."),
+    Setting("mlflow_ui_url", "", "Address of the MLflow UI (for example `http://mlflow.example:5000`); when set, the "
+            "run page links each mirrored run to its page there."),
+    Setting("mlflow_log_model", False, "Also copy each run's model folder into its MLflow run's artifacts (can be "
+            "hundreds of MB a run).", _bool),
+    Setting("tracking_timeout_seconds", 5.0, "Longest a run waits on a tracker (MLflow) at its end, and the timeout "
+            "of each request to a tracking server. A tracker that is down or slower leaves one warning in the run's "
+            "log and a badge on its page; `workbench runs mirror` completes the record later.", float),
+    Setting("tensorboard_dir", "", "Mirror every training run to TensorBoard event files: one folder per run, "
+            "`run-<id>-<name>`, below this folder. Empty means no TensorBoard mirror."),
     Setting("offline", True, "Never download models from a hub at run time (sets HF_HUB_OFFLINE). Set false on a "
             "machine with internet access to use hub models that are not in the local cache.", _bool),
 )
@@ -134,6 +146,12 @@ class Settings:
     playground_rate_limit: int
     playground_max_in_flight: int
     playground_token_budget: int
+    mlflow_uri: str
+    mlflow_experiment: str
+    mlflow_ui_url: str
+    mlflow_log_model: bool
+    tracking_timeout_seconds: float
+    tensorboard_dir: str
     offline: bool
 
     @classmethod
@@ -163,6 +181,8 @@ class Settings:
                      "playground_token_budget"):
             if values[name] < 0:
                 raise ConfigError(f"{_BY_NAME[name].env} must be 0 or more")
+        if values["tracking_timeout_seconds"] <= 0:
+            raise ConfigError(f"{_BY_NAME['tracking_timeout_seconds'].env} must be more than 0")
         return cls(**values)
 
     # Folders below home. Created on demand by the code that writes there.

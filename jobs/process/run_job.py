@@ -35,6 +35,7 @@ from jobs.progress import Cancelled
 from jobs.queue.runner import PROCESS_LOG, die_with_launcher
 from jobs.specs.run import RunSpec
 from jobs.queue.states import ACTIVE
+from jobs.tracking.mirror import open_mirror
 from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
@@ -304,6 +305,20 @@ def execute(wb: Workbench, run_id: int, attempt: int, train_fn: TrainFn, *, pred
         from jobs.sweeps.driver import trial_reporter
 
         reporter = trial_reporter(wb, reporter, sweep_id, trial_number, enabled=_is_rank_zero())
+    # MLflow and TensorBoard, when the settings name them: never a reason for the run to fail or wait
+    mirror = open_mirror(wb, run_id, enabled=_is_rank_zero())
+    code = _train_attempt(wb, run_id, attempt, raw_spec, output_dir, mirror.watch(reporter), train_fn)
+    mirror.close(MIRRORED_OUTCOMES.get(code))
+    return code
+
+
+# The run's state by the exit code, for its mirror; a run handed to another worker goes on there (None).
+MIRRORED_OUTCOMES = {EXIT_SUCCEEDED: SUCCEEDED, EXIT_FAILED: FAILED, EXIT_CANCELLED: CANCELLED, EXIT_PRUNED: PRUNED}
+
+
+def _train_attempt(wb: Workbench, run_id: int, attempt: int, raw_spec: dict[str, Any], output_dir: Path, reporter,
+                   train_fn: TrainFn) -> int:
+    """Train and record the outcome of one attempt; returns the exit code."""
     spec = None
     try:
         spec = RunSpec.from_dict(raw_spec)

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.5
 IDLE_BACKOFF_MAX_S = 2.0
+MIRROR_RETRY_S = 60.0  # how often a worker tries again the runs whose mirror (MLflow) fell behind
 
 
 @dataclasses.dataclass
@@ -88,12 +89,15 @@ class Worker:
         self._registered = False
         # Sweeps are topped up by whichever worker gets to them first; `train --wait`'s worker runs one run only.
         self.sweeps = SweepDriver(wb, self.worker_id) if self.only_runs is None else None
+        self._mirror_retry: Optional[threading.Thread] = None
+        self._mirror_retried_at: Optional[dt.datetime] = None
 
     # -- one iteration -------------------------------------------------------------------------
     def loop_once(self, now: Optional[dt.datetime] = None) -> int:
         """One pass over every duty; returns how many runs were launched."""
         now = now or utcnow()
-        for phase in (self._reap, self._heartbeat, self._enforce_cancel, self._reclaim, self._advance_sweeps):
+        for phase in (self._reap, self._heartbeat, self._enforce_cancel, self._reclaim, self._advance_sweeps,
+                      self._retry_mirrors):
             self._guarded(phase, now)
         launched = self._guarded(self._claim_and_launch, now)
         return launched or 0
@@ -166,6 +170,25 @@ class Worker:
         """Tell Optuna about trials that ended (here or on any worker) and queue the next ones, before claiming."""
         if self.sweeps is not None:
             self.sweeps.advance_all(now)
+
+    def _retry_mirrors(self, now: dt.datetime) -> None:
+        """Now and then, catch up the mirrors that fell behind (``jobs.tracking.backfill.retry_pending``), on a
+        thread of its own: a tracking server that is down must not hold the queue up."""
+        if not self.wb.settings.mlflow_uri or self.only_runs is not None:
+            return
+        if self._mirror_retry is not None and self._mirror_retry.is_alive():
+            return
+        if self._mirror_retried_at is not None and (now - self._mirror_retried_at).total_seconds() < MIRROR_RETRY_S:
+            return
+        self._mirror_retried_at = now
+        self._mirror_retry = threading.Thread(target=self._guarded, args=(self._catch_up_mirrors, now),
+                                              name="mirror-retry", daemon=True)
+        self._mirror_retry.start()
+
+    def _catch_up_mirrors(self, now: dt.datetime) -> None:
+        from jobs.tracking.backfill import retry_pending  # MLflow loads only where a mirror is behind
+
+        retry_pending(self.wb)
 
     def _free_gpus(self) -> list[int]:
         busy = {g for slot in self.slots.values() for g in slot.job.gpus}

@@ -1,4 +1,4 @@
-"""`workbench runs list|show|compare|cancel|retry|logs`: the queue from a terminal or a script.
+"""`workbench runs list|show|compare|cancel|retry|logs|mirror`: the queue from a terminal or a script.
 
 The JSON output is a contract scripts depend on (see docs/cli.md, "CLI contract"): `runs show --json`
 always has `id`, `status`, `progress` (0..1), `metrics`, `metrics_ci` (per headline metric its 95 %
@@ -22,6 +22,7 @@ from workbench.services import comparisons
 from workbench.services import exports as exports_service
 from workbench.services import predictions as predictions_service
 from workbench.services import runs as runs_service
+from workbench.services import tracking as tracking_service
 from workbench.ui import format as fmt
 
 
@@ -182,6 +183,24 @@ def retry(run_id: int = id_argument("run")) -> None:
     with open_workbench() as wb:
         runs_service.retry_run(wb, run_id)
     typer.echo(f"run {run_id}: queued")
+
+
+@runs_app.command()
+def mirror(run_ids: Optional[list[int]] = typer.Argument(None, metavar="[ID]...",
+                                                         help="The runs to mirror (default: every training run)."),
+           to: Optional[str] = typer.Option(None, "--to", help="mlflow or tensorboard (default: every tracker "
+                                                               "that is set)."),
+           as_json: bool = typer.Option(False, "--json", help="Print JSON (one outcome per run).")) -> None:
+    """Write runs to MLflow or TensorBoard: catch up a mirror that fell behind, or mirror runs made before the
+    tracker was set (WORKBENCH_MLFLOW_URI, WORKBENCH_TENSORBOARD_DIR; docs/tracking.md). Exit code 1 when a
+    run could not be written."""
+    with open_workbench() as wb:
+        outcomes = tracking_service.mirror_runs(wb, run_ids or (), to)
+    lines = [f"run {o['run_id']}: " + (", ".join(o["written"]) + " complete" if o["written"] else "")
+             + ("; behind: " + "; ".join(o["behind"]) if o["behind"] else "") for o in outcomes]
+    emit(outcomes, as_json, "\n".join(lines) or "no runs")
+    if not all(o["ok"] for o in outcomes):
+        raise typer.Exit(1)
 
 
 @runs_app.command()

@@ -20,6 +20,7 @@ import pandas as pd
 from storage.models import CANCELLING, QUEUED, RUNNING
 from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
+from workbench.services import tracking as tracking_service
 from workbench.ui import format as fmt
 from workbench.ui import export_panel, plots, polling, predict_panel
 
@@ -155,12 +156,29 @@ def run_header(run: dict[str, Any]) -> str:
         body += f"<p class='wb-muted' id='run-estimate'>{fmt.html.escape(timing)}</p>"
     if run.get("group"):
         body += f"<p class='wb-muted' id='run-seed-group'>{fmt.html.escape(fmt.seed_group_text(run['group']))}</p>"
+    body += mirror_html(run)
     body += score_html(run)
     body += fmt.baseline_html(run.get("metrics"))
     body += fmt.calibration_note_html(run.get("metrics"))
     if run.get("error"):
         body += f"<div class='wb-error'><b>{fmt.html.escape(str(run['error']))}</b></div>"
     return body
+
+
+def mirror_html(run: dict[str, Any]) -> str:
+    """The run's link to its MLflow run (when WORKBENCH_MLFLOW_UI_URL is set; ``run["mlflow_link"]``), and a badge
+    while its mirror is behind (a tracker was down or slow: ``runs.mirror_warning``)."""
+    parts = []
+    if run.get("mlflow_link"):
+        parts.append(f"<a id='run-mlflow-link' href='{fmt.html.escape(run['mlflow_link'])}' target='_blank' "
+                     f"rel='noopener'>Open in MLflow ↗</a>")
+    if run.get("mirror_warning"):
+        why = fmt.html.escape(str(run["mirror_warning"]))
+        badge = "background:#fef3c7;color:#92400e;border-radius:4px;padding:1px 6px"
+        parts.append(f"<span id='run-mirror-warning' title='{why}' style='{badge}'>⚠ mirror behind</span> "
+                     f"<span class='wb-muted'>({why}; <code>workbench runs mirror {run.get('id')}</code> "
+                     f"completes it)</span>")
+    return f"<p id='run-mirror'>{' · '.join(parts)}</p>" if parts else ""
 
 
 def score_html(run: dict[str, Any]) -> str:
@@ -306,9 +324,10 @@ def run_view(wb, run_id: int, last_key: str = "") -> Optional[RunView]:
         run["queue"] = runs_service.queue_position(wb, int(run_id))
     if run.get("seed_group") is not None:
         run["group"] = runs_service.group_summary(wb, run["seed_group"])
+    run["mlflow_link"] = tracking_service.mlflow_link(wb, run)
     key = (f"{run_id}:{status}:{run.get('step')}:{run.get('progress')}:{run.get('heartbeat_at')}:"
            f"{run.get('phase')}:{run.get('phase_done')}:{run.get('rows_done')}:{fmt.queue_text(run.get('queue'))}:"
-           f"{fmt.seed_group_text(run.get('group'))}")
+           f"{fmt.seed_group_text(run.get('group'))}:{run.get('mlflow_link')}:{run.get('mirror_warning')}")
     if key == last_key:
         return None
     curves = runs_service.run_curves(wb, int(run_id))
