@@ -607,14 +607,14 @@ def _wire_handoff(wb, project: gr.Dropdown, ui: _Handoff) -> Any:
 
     event = ui.train.click(on_train, [project], [ui.message, ui.run_id])
 
-    def on_export(project_id, fmt_):
+    def on_export_labels(project_id, fmt_):
         return gr.update(value=export(wb, project_id, fmt_), visible=True)
 
-    ui.export.click(on_export, [project, ui.export_format], [ui.export_file])
+    ui.export.click(on_export_labels, [project, ui.export_format], [ui.export_file])
 
-    def on_predict(project_id, run_id):
+    def on_label_rest(project_id, run_id):
         return predict_rest(wb, project_id, run_id)
 
-    ui.predict.click(on_predict, [project, ui.run], [ui.message])
+    ui.predict.click(on_label_rest, [project, ui.run], [ui.message])
     ui.run.focus(lambda: gr.update(choices=finished_runs(wb)), None, [ui.run], show_progress="hidden")
     return event
