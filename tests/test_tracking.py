@@ -25,6 +25,7 @@ from jobs.process.fake_runner import InProcessRunner, fake_train
 from jobs.queue import table as queue
 from jobs.queue.worker import Worker
 from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+from jobs.tracking import mlflow_target
 from jobs.tracking import params as P
 from storage.models import SUCCEEDED, Run, Sweep
 from tests.queue_support import fake_spec, wait_until
@@ -162,7 +163,9 @@ def test_a_run_killed_and_resumed_is_one_mlflow_run_without_repeated_steps(wb, t
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _with(wb, mlflow_uri=uri, tensorboard_dir=str(tmp_path / "tb"))
     client = _client(uri)
-    client.create_experiment("workbench")  # the store's tables made here: the child only connects
+    # the store's tables made here (the child only connects), its artifacts beside it as the mirror would put them:
+    # MLflow's own default is ./mlruns in the folder the tests started in
+    client.create_experiment("workbench", artifact_location=mlflow_target.artifact_root(uri))
     run_id = runs.submit_run(wb, fake_spec(wb, "fake:steps:60:0.2", name="killed"))
     first = queue.claim(wb.db, "w1")
     env = {**os.environ, **wb.settings.as_env()}
