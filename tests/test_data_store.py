@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from storage.errors import TrainingError
 from storage.datasets.split import validation_mask, validation_size
 from storage.models import Dataset
 from tests.conftest import DATA_DIR
@@ -104,6 +105,26 @@ def test_small_sets_hold_out_enough_validation_examples_to_decide():
     train, validation = _split_validation(records, seed=0)
     assert (len(train), len(validation)) == (300, 100)
     assert [len(part) for part in _split_validation(records[:32], seed=0)] == [24, 8]
+
+
+def test_the_engines_split_keeps_every_class_in_training():
+    """100 labelled questions, one of them the only ABBR: the seeded split used to hold that one out, and the run
+    failed with "validation label 'ABBR' does not occur in the training data"."""
+    from jobs.training.data import split_validation
+
+    records = [{"text": f"question {i}", "label": "ABBR" if i == 0 else ("DESC", "NUM", "LOC")[i % 3]}
+               for i in range(100)]
+    for seed in range(40):  # among them seeds whose first 25 shuffled records held the ABBR one
+        train, validation = split_validation(records, seed)
+        assert len(validation) == 25 and len(train) == 75
+        assert {r["label"] for r in validation} <= {r["label"] for r in train}
+        assert "ABBR" in {r["label"] for r in train}
+    # where no class runs short, the split is the one runs trained with before (seeded, first 25 of the order)
+    plain = [{"text": f"t{i}", "label": "ab"[i % 2]} for i in range(100)]
+    assert [r["text"] for r in split_validation(plain, 3)[1]] == [
+        r["text"] for r in split_validation([{"text": r["text"]} for r in plain], 3)[1]]
+    with pytest.raises(TrainingError, match="single example"):
+        split_validation([{"text": str(i), "label": str(i)} for i in range(5)], 0)
 
 
 def test_an_import_of_400_examples_holds_out_100(wb, tmp_path):

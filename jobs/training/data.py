@@ -3,6 +3,8 @@ subsamples. The export's parity check reads the same split as the run trained wi
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from jobs.specs.run import RunSpec
 from storage.errors import TrainingError
 
@@ -19,8 +21,28 @@ def split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[d
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     n_val = validation_size(len(records), 0.1)
-    chosen = set(order[:n_val])
+    # a class's last example stays in training (a validation label the model never saw fails the run: a rare
+    # class of 100 labelled questions did); where no class runs out this is the plain first ``n_val`` of ``order``
+    left = Counter(_class_of(r) for r in records)
+    chosen: set[int] = set()
+    for i in order:
+        if len(chosen) == n_val:
+            break
+        label = _class_of(records[i])
+        if label is not None and left[label] == 1:
+            continue
+        left[label] -= 1
+        chosen.add(i)
+    if n_val and not chosen:
+        raise TrainingError("every class has a single example, so none can be held out to validate on",
+                            "add a second example to some of the classes, or give a validation file")
     return [r for i, r in enumerate(records) if i not in chosen], [records[i] for i in sorted(chosen)]
+
+
+def _class_of(record: dict):
+    """A single-label record's class (None for multi-label, tags, answers or no label)."""
+    label = record.get("label")
+    return label if isinstance(label, (str, int)) and not isinstance(label, bool) else None
 
 
 def validation_records(spec: RunSpec) -> list[dict]:
