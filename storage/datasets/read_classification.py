@@ -120,23 +120,36 @@ def _record(name: str, line: int, text: Any, pair: Any, raw_label: Any, mapping:
     return Record(line, data, key, dedupe)
 
 
+def delimited_reader(stream: TextIO, delimiter: str):
+    """A CSV reader (quoted, RFC 4180) or a TSV one (no quoting)."""
+    return csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+
+
+def read_header(reader, name: str, log: ProblemLog, empty_hint: str) -> list[str] | None:
+    """The first row with a non-blank cell, its cells stripped (and a byte-order mark dropped); None, with the
+    problem logged, for an empty file or an unreadable row."""
+    try:
+        header: list[str] = []
+        while not any(cell.strip() for cell in header):
+            header = [unescape_cell(h.strip().lstrip("\ufeff")) for h in next(reader)]
+    except StopIteration:
+        log.error(name, "the file is empty", hint=empty_hint)
+        return None
+    except csv.Error as exc:
+        log.error(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
+        return None
+    return header
+
+
 def read_delimited(stream: TextIO, name: str, columns: ColumnMapping | None, log: ProblemLog,
                    delimiter: str, found: dict | None = None) -> Iterator[Record]:
     """Rows of a CSV (quoted, RFC 4180) or TSV (no quoting) file with a header row.
 
     The columns used are put into ``found["columns"]`` for the report.
     """
-    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(stream, delimiter=delimiter, quoting=quoting)
-    try:
-        header: list[str] = []
-        while not any(cell.strip() for cell in header):
-            header = [unescape_cell(h.strip().lstrip("\ufeff")) for h in next(reader)]
-    except StopIteration:
-        log.error(name, "the file is empty", hint="upload a file with a header row and examples")
-        return
-    except csv.Error as exc:
-        log.error(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
+    reader = delimited_reader(stream, delimiter)
+    header = read_header(reader, name, log, "upload a file with a header row and examples")
+    if header is None:
         return
     header_line = reader.line_num
     mapping = detect(header, columns)

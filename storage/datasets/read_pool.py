@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence, TextIO
 
-from storage.cells import unescape_cell
 from storage.datasets.columns import TEXT_NAMES
 from storage.datasets.problems import ProblemLog
-from storage.datasets.read_classification import DelimitedRows
+from storage.datasets.read_classification import DelimitedRows, delimited_reader, read_header
 from storage.datasets.records import as_label, iter_json_lines
 from storage.datasets.source import open_text, read_head, scan
 
@@ -205,17 +204,9 @@ def _row(name: str, line: int, text: Any, raw_id: Any, raw_label: Any, mapping: 
 
 def _delimited(stream: TextIO, name: str, columns: PoolColumns, multi_label: bool, log: ProblemLog,
                delimiter: str) -> Iterator[PoolRow]:
-    reader = csv.reader(stream, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else
-                        csv.QUOTE_MINIMAL)
-    try:
-        header: list[str] = []
-        while not any(cell.strip() for cell in header):
-            header = [unescape_cell(h.strip().lstrip("\ufeff")) for h in next(reader)]
-    except StopIteration:
-        log.error(name, "the file is empty", hint="give a file with a header row and one text per row")
-        return
-    except csv.Error as exc:
-        log.error(name, f"cannot read the header row: {exc}", line=reader.line_num, hint="save the file as CSV UTF-8")
+    reader = delimited_reader(stream, delimiter)
+    header = read_header(reader, name, log, "give a file with a header row and one text per row")
+    if header is None:
         return
     header_line = reader.line_num
     mapping = _mapping(header, columns, name, log, header_line)

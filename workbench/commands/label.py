@@ -131,7 +131,7 @@ def train(project_id: int = id_argument("project", "The labelling project id."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON: {id, status, metrics, ...}.")) -> None:
     """Train a model from the project's labels: a dataset version and a normal run with the defaults."""
     from storage.context import open_workbench
-    from workbench.commands.train import _wait
+    from workbench.commands.train import _wait, print_end
     from workbench.services import labelling, runs
 
     with open_workbench() as wb:
@@ -142,13 +142,8 @@ def train(project_id: int = id_argument("project", "The labelling project id."),
         if not as_json:
             typer.echo(str(run_id))
         record = _wait(wb, run_id, runs)
-    final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
-             "output_dir": record["output_dir"]}
-    metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))
-    emit(final, as_json, f"run {run_id}: {record['status']}" + (f"\n{metrics}" if metrics else "")
-         + (f"\nerror: {record['error']}" if record["error"] else ""))
-    if record["status"] != "succeeded":
-        raise typer.Exit(1)
+        warning = runs.learned_warning(wb, run_id) if record["status"] == "succeeded" else ""
+    print_end(record, as_json, warning)
 
 
 @label_app.command("list")

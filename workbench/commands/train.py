@@ -144,12 +144,17 @@ def train(
             typer.echo(str(run_id))
         record = _wait(wb, run_id, runs)
         warning = runs.learned_warning(wb, run_id) if record["status"] == "succeeded" else ""
+    print_end(record, as_json, warning)
+
+
+def print_end(record: dict, as_json: bool, warning: str = "") -> None:
+    """A waited-for run's end: its status, metrics and error (or one JSON document); exit 1 unless it succeeded."""
     if warning and not as_json:
-        typer.echo(f"warning: run {run_id} {warning}", err=True)
+        typer.echo(f"warning: run {record['id']} {warning}", err=True)
     final = {"id": record["id"], "status": record["status"], "metrics": record["metrics"], "error": record["error"],
              "output_dir": record["output_dir"]}
     metrics = "\n".join(f"  {k}: {v}" for k, v in sorted(record["metrics"].items()))
-    emit(final, as_json, f"run {run_id}: {record['status']}" + (f"\n{metrics}" if metrics else "")
+    emit(final, as_json, f"run {record['id']}: {record['status']}" + (f"\n{metrics}" if metrics else "")
          + (f"\nerror: {record['error']}" if record["error"] else ""))
     if record["status"] != "succeeded":
         raise typer.Exit(1)
