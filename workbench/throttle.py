@@ -1,4 +1,4 @@
-"""Sign-in throttling for ``WORKBENCH_AUTH``: repeated wrong passwords lock sign-in for a while.
+"""Sign-in throttling: repeated wrong passwords lock sign-in for a while.
 
 Gradio's login route answers every attempt at once, so a password can be guessed as fast as
 the network allows. ``LoginThrottle`` counts failed sign-ins on three keys, within ``window_s``:
@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -115,10 +115,12 @@ class LoginThrottle:
 
 
 class LoginThrottleMiddleware:
-    """ASGI middleware: ``POST /login`` passes ``throttle`` first; the app's answer is counted."""
+    """ASGI middleware: ``POST /login`` passes ``throttle`` first; the app's answer is counted. ``on_locked(address,
+    user)`` is told of each failure that locks sign-in (for the activity log)."""
 
-    def __init__(self, app: Any, throttle: LoginThrottle):
-        self.app, self.throttle = app, throttle
+    def __init__(self, app: Any, throttle: LoginThrottle,
+                 on_locked: Optional[Callable[[str, str], None]] = None):
+        self.app, self.throttle, self.on_locked = app, throttle, on_locked
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in LOGIN_PATHS:
@@ -151,3 +153,5 @@ class LoginThrottleMiddleware:
             self.throttle.succeeded(ip, user)
         elif status.get("code") in (400, 401, 403):
             self.throttle.failed(ip, user)
+            if self.on_locked is not None and self.throttle.retry_after(ip, user) > 0:
+                self.on_locked(ip, user)

@@ -85,9 +85,13 @@ def _action(fn: Callable) -> str:
     return name.removeprefix("on_") if name.isidentifier() else "request"
 
 
-def guard(fn: Callable, refusals: Optional[RefusalLog] = None) -> Callable:
+Authorizer = Callable[[Callable, tuple, dict], Any]
+
+
+def guard(fn: Callable, refusals: Optional[RefusalLog] = None, authorize: Optional[Authorizer] = None) -> Callable:
     """``fn`` with user errors logged in one line (through ``refusals``, rate-limited) and shown without a
-    server traceback."""
+    server traceback. With ``authorize``, each call is first authorized (``authorize(fn, args, kwargs)``
+    raises ``SignInRequired`` or ``AccessDenied``): a refused call never reaches ``fn``."""
     log = logging.getLogger(getattr(fn, "__module__", None) or __name__)
     action = _action(fn)
     refusals = refusals or RefusalLog()
@@ -95,6 +99,8 @@ def guard(fn: Callable, refusals: Optional[RefusalLog] = None) -> Callable:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
+            if authorize is not None:
+                authorize(fn, args, kwargs)
             return fn(*args, **kwargs)
         except gr.Error as exc:
             refusals.warning(log, HANDLER, "%s refused: %s", action, " ".join(str(exc.message).split()))
@@ -162,16 +168,53 @@ def _quiet_preprocessing(blocks: gr.Blocks, refusals: RefusalLog) -> None:
     blocks.preprocess_data = checked
 
 
-def quiet_user_errors(blocks: gr.Blocks, refusals: Optional[RefusalLog] = None) -> gr.Blocks:
+def _authorized(fn: Callable, refusals: RefusalLog, authorize: Authorizer) -> Callable:
+    """A generator or async handler ``fn`` that is first authorized, a refusal logged as ``guard`` logs it."""
+    log = logging.getLogger(getattr(fn, "__module__", None) or __name__)
+
+    def check(args: tuple, kwargs: dict) -> None:
+        try:
+            authorize(fn, args, kwargs)
+        except WorkbenchError as exc:
+            refusals.warning(log, HANDLER, "%s refused: %s", _action(fn), " ".join(str(exc).split()))
+            raise gr.Error(ui_message(exc), print_exception=False) from None
+
+    if inspect.isasyncgenfunction(fn):
+        @functools.wraps(fn)
+        async def agen(*args: Any, **kwargs: Any) -> Any:
+            check(args, kwargs)
+            async for item in fn(*args, **kwargs):
+                yield item
+        return agen
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*args: Any, **kwargs: Any) -> Any:
+            check(args, kwargs)
+            yield from fn(*args, **kwargs)
+        return gen
+
+    @functools.wraps(fn)
+    async def coroutine(*args: Any, **kwargs: Any) -> Any:
+        check(args, kwargs)
+        return await fn(*args, **kwargs)
+    return coroutine
+
+
+def quiet_user_errors(blocks: gr.Blocks, refusals: Optional[RefusalLog] = None,
+                      authorize: Optional[Authorizer] = None) -> gr.Blocks:
     """Guard every plain (not generator, not async) event handler of ``blocks`` and Gradio's checks of
     their input, their lines counted by ``refusals`` (by default a ``RefusalLog`` of this page's own);
-    returns ``blocks``."""
+    returns ``blocks``. With ``authorize`` (``workbench.ui.access``), every handler, whatever its kind, is
+    authorized before it runs."""
     refusals = refusals or RefusalLog()
     _quiet_preprocessing(blocks, refusals)
     for block_fn in blocks.fns.values():
         fn = block_fn.fn
-        if fn is None or inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) \
-                or inspect.isasyncgenfunction(fn):
+        if fn is None:
             continue
-        block_fn.fn = guard(fn, refusals)
+        if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            if authorize is not None:
+                block_fn.fn = _authorized(fn, refusals, authorize)
+            continue
+        block_fn.fn = guard(fn, refusals, authorize)
     return blocks

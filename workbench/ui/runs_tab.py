@@ -804,19 +804,24 @@ def _wire_actions(wb, actions: _Actions) -> list:
     """Cancel, retry, continue, delete (after a confirmation) and download the selected run. Returns the events
     that change the selected run: continue (the new run) and delete (none)."""
     run_id, status = actions.run_id, actions.status
-    actions.cancel.click(
-        lambda rid: _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid),
-        [run_id], [status])
-    actions.retry.click(
-        lambda rid: _act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid),
-        [run_id], [status])
+    def on_cancel(rid):
+        return _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid)
+
+    def on_retry(rid):
+        return _act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid)
+
+    def on_repeat(rid, n):
+        return _act(lambda r: repeat_text(wb, r, n), rid)
+
+    actions.cancel.click(on_cancel, [run_id], [status])
+    actions.retry.click(on_retry, [run_id], [status])
 
     def on_continue(rid, epochs):
         new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
     continued = actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
-    actions.repeat.click(lambda rid, n: _act(lambda r: repeat_text(wb, r, n), rid), [run_id, actions.seeds], [status])
+    actions.repeat.click(on_repeat, [run_id, actions.seeds], [status])
     actions.delete.click(lambda rid: (gr.update(visible=selected_run(rid) is not None),
                                       f"Delete run #{rid}, its model and its logs? Other runs are not affected."),
                          [run_id], [actions.confirm_row, actions.confirm_text])

@@ -352,9 +352,14 @@ def build_view(wb) -> SweepView:
     picker.change(show, [picker], outputs, show_progress="hidden")
     refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])
     cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
-    publish.click(lambda sweep_id, with_token: publish_best(wb, sweep_id, with_token), [picker, publish_token],
-                  [action])
-    confirm.click(lambda sweep_id: confirm_top_text(wb, sweep_id), [picker], [action]).then(show, [picker], outputs)
+    def on_publish_best(sweep_id, with_token):
+        return publish_best(wb, sweep_id, with_token)
+
+    def on_confirm(sweep_id):
+        return confirm_top_text(wb, sweep_id)
+
+    publish.click(on_publish_best, [picker, publish_token], [action])
+    confirm.click(on_confirm, [picker], [action]).then(show, [picker], outputs)
     shown_choices = gr.State(None)  # the picker's choices as the last tick sent them
     shown_view = gr.State("")  # the view's fingerprint as the last tick sent it
     timer = gr.Timer(TICK_SECONDS)
