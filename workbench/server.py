@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import AsyncIterator, Optional
 
+from starlette.requests import Request
+
 from storage.context import Workbench
 from workbench.asgi import HideApiInfoFromVisitors, RefuseLoneSurrogates
 from workbench.errors import ConfigError
@@ -169,7 +171,6 @@ def add_signin_routes(app, wb: Workbench) -> None:
     long as the session does; a wrong one 400, as Gradio answers (the login screen and the throttle count on
     it). The password is never logged: a failed sign-in is one line with the name and the address."""
     from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
     from starlette.responses import JSONResponse, RedirectResponse
 
     from workbench.services import accounts

@@ -16,6 +16,7 @@ import contextvars
 import dataclasses
 import inspect
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -183,7 +184,7 @@ RULES: dict[str, Rule] = {
     # the signed-in user's own tokens (the service checks they are theirs), and the admin page
     "account_tab:build_tokens.on_tokens": R, "account_tab:build_tokens.on_create_token": R,
     "account_tab:build_tokens.on_revoke_token": R,
-    "account_tab:build_admin.on_users": _r(ADMINISTER), "account_tab:build_admin.on_add_user": _r(ADMINISTER),
+    "account_tab:build_admin.on_add_user": _r(ADMINISTER),
     "account_tab:build_admin.on_set_role": _r(ADMINISTER), "account_tab:build_admin.on_disable": _r(ADMINISTER),
     "account_tab:build_admin.on_reset": _r(ADMINISTER), "account_tab:build_admin.on_activity": _r(ADMINISTER),
 }
@@ -317,3 +318,19 @@ def _require_change(wb, actor: Optional[Actor], rule: Rule, arguments: Arguments
 def allows(action: str, owner: Optional[int] = None) -> bool:
     """For greying out a button: whether the actor of the call in progress may do ``action``."""
     return access.allows(_acting.get(), action, owner)
+
+
+def record(wb, action: str, kind: Optional[str] = None, target: Any = None, detail: Optional[dict] = None) -> None:
+    """One activity entry for what the handler in progress just did (nothing for ``LOCAL``: without accounts
+    there is nobody to tell apart). Never fails the handler: the work is done."""
+    actor = _acting.get()
+    if actor is None or actor.local:
+        return
+    from gradio.context import LocalContext
+
+    request = LocalContext.request.get(None)
+    client = getattr(request, "client", None) if request is not None else None
+    try:
+        accounts.record(wb, actor, action, kind, target, detail, address=getattr(client, "host", "") or "")
+    except Exception:  # noqa: BLE001 - logged; the user's work stands
+        logging.getLogger(__name__).exception("could not record %s %s %s in the activity log", action, kind, target)

@@ -12,7 +12,7 @@ import gradio as gr
 
 from storage.context import Workbench
 from workbench.errors import WorkbenchError
-from workbench.ui import compare_tab, data_tab, label_tab, runs_tab, sweep_tab, train_tab
+from workbench.ui import access, account_tab, compare_tab, data_tab, label_tab, runs_tab, sweep_tab, train_tab
 from workbench.ui.edge import quiet_user_errors
 
 
@@ -169,6 +169,8 @@ def build_ui(wb: Workbench) -> gr.Blocks:
     with gr.Blocks(title="BERT Workbench", analytics_enabled=False) as demo:
         gr.Markdown("# BERT Workbench\nUpload a file · start a run · watch it learn · compare · share",
                     elem_id="wb-title")
+        signed_in = gr.Markdown(elem_id="wb-signed-in")
+        role_style = gr.HTML(elem_id="wb-role-style", padding=False)
         with gr.Tabs(selected="data") as tabs:
             with gr.Tab("Data", id="data", elem_id="tab-data"):
                 data = data_tab.build(wb)
@@ -183,6 +185,7 @@ def build_ui(wb: Workbench) -> gr.Blocks:
                 compare = compare_tab.build(wb)
             with gr.Tab("Sweeps", id="sweeps", elem_id="tab-sweeps") as sweeps_tab_item:
                 sweep_view = sweep_tab.build_view(wb)
+            accounts = account_tab.build(wb)
 
         # Submit → the Runs tab with the new run selected.
         submitted = train.submit_event.success(lambda rid: (gr.Tabs(selected="runs"), rid), [train.submitted_id],
@@ -238,4 +241,10 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         _wire_label(wb, demo, tabs, label, data.audit)
         _wire_address(wb, demo, tabs, runs, data, [*runs.opens, submitted, best_opened, trained])
         _wire_compared(wb, demo, compare["picker"])
-    return quiet_user_errors(demo)
+
+        def my_role():
+            return account_tab.on_load(wb, access.acting())
+
+        demo.load(my_role, None, [accounts.account, accounts.admin, signed_in, role_style, accounts.tokens,
+                                  accounts.users, accounts.activity])
+    return quiet_user_errors(demo, authorize=lambda fn, args, kwargs: access.authorize(wb, fn, args, kwargs))

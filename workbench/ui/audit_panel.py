@@ -20,6 +20,7 @@ from workbench.services import baselines
 from workbench.services.specs import DEFAULT_MODEL
 from workbench.errors import WorkbenchError
 from workbench.services import audits
+from workbench.ui import access
 from workbench.ui import format as fmt
 
 log = logging.getLogger(__name__)
@@ -365,7 +366,10 @@ def send_to_relabel(wb, audit_id: Any, target: Any, user: str) -> tuple[str, int
         project_id = int(float(target or NEW_PROJECT))
     except (TypeError, ValueError):
         project_id = NEW_PROJECT
-    result = labelling.send_to_relabel(wb, audit_id, project_id=project_id or None, user=user)
+    result = labelling.send_to_relabel(wb, audit_id, project_id=project_id or None, user=user,
+                                       owner_id=access.owner_id())
+    if not project_id:
+        access.record(wb, "create", "label_project", result.get("project_id"))
     missing = result.get("not_found") or []
     absent = (f" {len(missing)} were not found in that project (no item with the same text): "
               f"{', '.join(map(str, missing[:5]))}{' …' if len(missing) > 5 else ''}." if missing else "")
@@ -484,9 +488,10 @@ def _wire_review(wb, selected_dataset: gr.Textbox, panel: gr.Accordion, start: _
             raise gr.Error("The number of folds must be a whole number from 2 to 20.")
         try:
             audit_id = audits.create_audit(wb, dataset_id.strip(), folds=folds_, model=model_ or DEFAULT_MODEL,
-                                           preset=preset_)
+                                           preset=preset_, owner_id=access.owner_id())
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
+        access.record(wb, "create", "audit", audit_id)
         gr.Info(f"Audit {audit_id}: {folds_} fold runs queued.")
         return gr.update(choices=audit_choices(wb, dataset_id), value=audit_id)
 
@@ -517,6 +522,8 @@ def _wire_progress(wb, review: _Review, timer: gr.Timer, refresh: _Refresh) -> N
                 service_call(wb, audit_id)
             except WorkbenchError as exc:
                 raise gr.Error(str(exc))
+            if service_call is audits.cancel_audit:
+                access.record(wb, "cancel", "audit", audit_id)
             gr.Info(f"Audit {audit_id}: {done}")
         return handler
 
@@ -567,9 +574,11 @@ def _wire_save(wb, pick: gr.Dropdown, saving: _Save, datasets_table: gr.Datafram
 
         audit_id = audit_number(audit_id)
         try:
-            result = audits.save_corrected(wb, audit_id, str(name or ""))
+            result = audits.save_corrected(wb, audit_id, str(name or ""), owner_id=access.owner_id())
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
+        if not result.get("reused"):
+            access.record(wb, "create", "dataset", result["id"])
         counts = result["counts"]
         reused = " (an identical copy was saved before: it is reused)" if result.get("reused") else ""
         message = (f"✔ Saved as dataset **{result['id']}** “{result['name']}”{reused}: {counts['relabel']} "

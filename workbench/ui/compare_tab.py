@@ -15,6 +15,7 @@ from workbench.services import datasets as data_service
 from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
+from workbench.ui import access
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.services.runs import read_run_tables
@@ -275,6 +276,8 @@ def evaluate_selected(wb, run_ids: list[Any], dataset_id: str | None) -> str:
     before = {int(e["id"]) for e in predict_service.evaluations_on(wb, dataset_id)}
     jobs = predict_service.evaluate_runs(wb, ids, dataset_id, files=False)
     queued = [j for j in jobs if j not in before]
+    for job in queued:
+        access.record(wb, "create", "run", job)
     kept = [f"#{run} (job #{job})" for run, job in zip(dict.fromkeys(ids), jobs) if job in before]
     said = (f"✔ Queued {len(queued)} evaluation job(s): {', '.join(f'#{j}' for j in queued)}. Their scores "
             "appear here when they finish (press ↻ to look again)." if queued else "✔ Nothing new to queue.")

@@ -18,7 +18,7 @@ import pandas as pd
 from workbench.services.specs import TASKS
 from workbench.errors import DataValidationError, WorkbenchError
 from workbench.services import datasets as data_service
-from workbench.ui import audit_panel
+from workbench.ui import access, audit_panel
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.ui.uploads import received_file
@@ -26,7 +26,7 @@ from workbench.ui.uploads import received_file
 log = logging.getLogger(__name__)
 AUTO = "auto-detect"
 FORMATS = (AUTO, "csv", "tsv", "jsonl", "conll", "squad", "text")
-DATASET_HEADERS = ["ID", "Name", "Task", "Format", "Train", "Validation", "Labels", "Created"]
+DATASET_HEADERS = ["ID", "Name", "Task", "Format", "Train", "Validation", "Labels", "Created", "Owner"]
 SUBTOKEN_HEADERS = ["Example", "Word", "Sub-tokens", "Label given to each sub-token"]
 # More bars than this are a smear (a POS tag set has 50–150 tags): the rest are summed into one "other" bar.
 LABEL_BARS = 20
@@ -169,14 +169,28 @@ def subtoken_rows(records: list[dict[str, Any]], tokenizer: Any = None) -> list[
 
 
 def dataset_rows(wb) -> list[list[Any]]:
-    rows = []
+    from workbench.services import accounts
+
+    owners, rows = accounts.owner_names(wb), []
     for item in data_service.list_datasets(wb):
         d = fmt.as_dict(item)
         labels = d.get("labels") or {}
         rows.append([d.get("id"), d.get("name"), d.get("task"), d.get("format"), d.get("train", d.get("num_train")),
                      d.get("validation", d.get("num_validation")), ", ".join(list(map(str, labels))[:8]),
-                     fmt.format_time(d.get("created_at"))])
+                     fmt.format_time(d.get("created_at")), _owner_name(wb, owners, d.get("id"))])
     return rows
+
+
+def _owner_name(wb, owners: dict, dataset_id: Any) -> str:
+    """Who made a dataset ("" without accounts, or for one made before them)."""
+    if not owners:
+        return ""
+    from workbench.services import accounts
+
+    try:
+        return owners.get(accounts.owner_of(wb, "dataset", dataset_id), "")
+    except WorkbenchError:
+        return ""
 
 
 def import_file(wb, path: str | None, task: str, file_format: str, text: str, pair: str, label: str,
@@ -189,8 +203,10 @@ def import_file(wb, path: str | None, task: str, file_format: str, text: str, pa
         wb, Path(path), task, name=name or None, format=None if file_format in (AUTO, "", None) else file_format,
         columns=_columns_arg(text, pair, label, separator),
         validation_path=Path(validation_file) if validation_file else None,
-        validation_fraction=float(fraction), seed=int(seed))
+        validation_fraction=float(fraction), seed=int(seed), owner_id=access.owner_id())
     s = fmt.as_dict(summary)
+    if not s.get("reused"):
+        access.record(wb, "create", "dataset", s.get("id"))
     verb = "Already stored as" if s.get("reused") else "Imported as"
     return (f"✔ {verb} **{s.get('name')}** (`{s.get('id')}`): {s.get('train')} train / "
             f"{s.get('validation')} validation examples. Next: **Train on this dataset** below.", str(s.get("id")))
@@ -528,6 +544,7 @@ def delete_values(wb, dataset_id: str | None) -> tuple:
     dataset_id = (dataset_id or "").strip()
     try:
         data_service.delete_dataset(wb, dataset_id)
+        access.record(wb, "delete", "dataset", dataset_id)
     except WorkbenchError as exc:
         log.warning("delete refused: %s", " ".join(str(exc).split()))
         return (gr.update(visible=False), f"✘ Dataset **{dataset_id}** was not deleted: {fmt.ui_message(exc)}.",

@@ -17,6 +17,7 @@ import gradio as gr
 from workbench.errors import WorkbenchError
 from workbench.services import exports as export_service
 from workbench.services import runs as runs_service
+from workbench.ui import access
 from workbench.ui import format as fmt
 
 log = logging.getLogger(__name__)
@@ -123,10 +124,11 @@ def queue_export(wb, rid: Any, int8: bool) -> str:
     if rid is None:
         return f"✘ {NO_RUN_NOTE}"
     try:
-        job_id = export_service.queue_export(wb, rid, int8=bool(int8))
+        job_id = export_service.queue_export(wb, rid, int8=bool(int8), owner_id=access.owner_id())
     except WorkbenchError as exc:
         log.warning("export of run %s refused: %s", rid, exc)
         return f"✘ {fmt.ui_message(exc)}"
+    access.record(wb, "export", "run", rid, {"job": job_id})
     variants = "fp32 and int8" if int8 else "fp32"
     return (f"✔ Queued export job #{job_id} of run #{rid} ({variants}): its state and, when it is done, its "
             "parity and speed report appear below.")

@@ -24,7 +24,7 @@ STATUS_ICONS = {
 # The metric the Runs table shows per task, in order of preference (the keys of the training CLI contract).
 MAIN_METRICS = HEADLINE_METRICS
 RUN_TABLE_HEADERS = ["ID", "Name", "Kind", "Status", "Progress", "ETA", "Main metric", "Model", "Dataset",
-                     "Created"]
+                     "Created", "Owner"]
 MISSING = "—"
 # Runs of these kinds put a trained run's model to work (workbench.services.predictions); "train" trains one.
 JOB_KINDS = ("predict", "evaluate")
@@ -250,8 +250,9 @@ def eta_text(run: Mapping[str, Any]) -> str:
     return format_duration(run.get("eta_seconds"))
 
 
-def run_row(run: Any) -> list[Any]:
-    """One row of the Runs table; the column order is ``RUN_TABLE_HEADERS``.
+def run_row(run: Any, owners: Optional[Mapping[int, str]] = None) -> list[Any]:
+    """One row of the Runs table; the column order is ``RUN_TABLE_HEADERS`` (the owner's name, last, only
+    with ``owners``: user id -> name; blank for work made before accounts).
 
     A prediction or evaluation job counts rows, not steps: its progress cell reads
     ``rows 1,200 / 10,000 · 340 rows/s · ETA 26s`` and its dataset cell names its input.
@@ -269,7 +270,7 @@ def run_row(run: Any) -> list[Any]:
         model_name(run.get("model")),
         (run.get("input_name") or dataset_name(run)) if job else dataset_name(run),
         format_time(run.get("created_at")),
-    ]
+    ] + ([] if owners is None else [owners.get(run.get("owner_id"), "")])
 
 
 def is_job(run: Mapping[str, Any]) -> bool:

@@ -24,6 +24,7 @@ import gradio as gr
 from workbench.errors import InvalidState, NotFound
 from workbench.services import labelling
 from workbench.services import runs as runs_service
+from workbench.ui import access
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.ui.polling import POLL_SECONDS, content_key, timer_update
@@ -66,6 +67,9 @@ KEYS_JS = """() => {
 
 def user_of(request: Optional[gr.Request]) -> str:
     """The signed-in user's name, "" when the workbench runs without a login."""
+    actor = access.acting()
+    if actor is not None:
+        return "" if actor.local else actor.name
     return str(getattr(request, "username", None) or "")
 
 
@@ -100,7 +104,8 @@ def create(wb, path: Any, labels_text: str, name: str, multi_label: bool, user: 
     if not str(labels_text or "").strip():
         raise gr.Error("Give the labels, one a line (optionally `name: description`), e.g. `spam` and `ham`.")
     project = labelling.create_project(wb, Path(path), label_lines(labels_text), name=(name or "").strip() or None,
-                                       multi_label=bool(multi_label), user=user)
+                                       multi_label=bool(multi_label), user=user, owner_id=access.owner_id())
+    access.record(wb, "create", "label_project", project["id"])
     labelled = f", {project['labelled']:,} already labelled" if project["labelled"] else ""
     warnings = "".join(f"\n- {html.escape(str(w))}" for w in project.get("warnings") or [])
     message = (f"✔ Project **{project['id']}** “{html.escape(project['name'])}”: {project['pool']:,} texts"
@@ -371,7 +376,8 @@ def train(wb, project_id: Any, user: str) -> tuple[str, int]:
     pid = project_number(project_id)
     if pid is None:
         raise gr.Error("Pick a project first.")
-    run_id = labelling.train_from_labels(wb, pid, user)
+    run_id = labelling.train_from_labels(wb, pid, user, owner_id=access.owner_id())
+    access.record(wb, "create", "run", run_id)
     return (f"✔ Run **#{run_id}** queued on a dataset of this project's labels (its validation part: the "
             "random picks, when there are enough of them). It shows in the Runs tab.", run_id)
 
@@ -385,7 +391,9 @@ def export(wb, project_id: Any, fmt_: str) -> str:
 
     fmt_ = fmt_ if fmt_ in EXPORT_FORMATS else "csv"
     folder = Path(tempfile.mkdtemp(prefix="label-export-", dir=_export_root(upload_folder())))
-    return str(labelling.export_labels(wb, pid, folder / f"project-{pid}-labels.{fmt_}", fmt=fmt_))
+    path = labelling.export_labels(wb, pid, folder / f"project-{pid}-labels.{fmt_}", fmt=fmt_)
+    access.record(wb, "export", "label_project", pid)
+    return str(path)
 
 
 def _export_root(folder: Path) -> Path:
@@ -399,6 +407,7 @@ def predict_rest(wb, project_id: Any, run_id: Any) -> str:
     if pid is None or rid is None:
         raise gr.Error("Pick a project and a finished run first.")
     job_id = labelling.predict_pool(wb, pid, rid)
+    access.record(wb, "create", "run", job_id)
     return (f"✔ Prediction job **#{job_id}** queued: run #{rid} labels this project's unlabelled texts. Its "
             "output file shows in the Runs tab.")
 

@@ -20,6 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.services import datasets as data_service
 from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
+from workbench.ui import access
 from workbench.ui import format as fmt
 from workbench.ui.uploads import received_file
 
@@ -211,6 +212,7 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     if path is None and (dataset_id or "").strip():  # a pick from the list: a stored dataset, never a server path
         job_id = predict_service.submit_dataset_prediction(wb, int(run["id"]), dataset_id.strip(),
                                                            output_format=output_format or "csv", runtime=runtime)
+        access.record(wb, "create", "run", job_id, {"predicts_with": int(run["id"])})
         return (f"✔ Queued prediction job #{job_id} for dataset {_dataset_text(wb, dataset_id.strip())}: it appears "
                 "in the table below, and its file can be downloaded there once it has succeeded.")
     if path is None:
@@ -219,7 +221,9 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     name = path.name  # Gradio keeps the browser's file name in its upload folder
     job_id = predict_service.submit_prediction(wb, int(run["id"]), path, input_name=name,
                                                input_format=_format(input_format), columns=_columns(text, pair),
-                                               output_format=output_format or "csv", runtime=runtime)
+                                               output_format=output_format or "csv", runtime=runtime,
+                                               owner_id=access.owner_id())
+    access.record(wb, "create", "run", job_id, {"predicts_with": int(run["id"])})
     reads = predict_service.get_job(wb, job_id)["reads"]
     return (f"✔ Queued prediction job #{job_id} for {name}" + (f", reading the {predict_service.reads_text(reads)}"
                                                                  if reads else "")
@@ -235,9 +239,12 @@ def queue_evaluation(wb, rid: Any, dataset_id: Optional[str], upload: Any, text:
     if path is None and not (dataset_id or "").strip():
         raise gr.Error("Pick a stored test set or upload a labelled file.")
     if path is not None:
-        job_id = predict_service.submit_evaluation(wb, int(run["id"]), str(path), columns=_columns(text, pair))
+        job_id = predict_service.submit_evaluation(wb, int(run["id"]), str(path), columns=_columns(text, pair),
+                                                   owner_id=access.owner_id())
     else:  # a pick from the list: a stored dataset, never a path on the server
-        job_id = predict_service.submit_evaluation(wb, int(run["id"]), dataset_id.strip(), files=False)
+        job_id = predict_service.submit_evaluation(wb, int(run["id"]), dataset_id.strip(), files=False,
+                                                   owner_id=access.owner_id())
+    access.record(wb, "create", "run", job_id, {"evaluates": int(run["id"])})
     what = path.name if path is not None else f"dataset {dataset_id.strip()}"
     return (f"✔ Queued evaluation job #{job_id} on {what}: its scores appear in the table below, and its details "
             "(metrics, per-class table, confusion matrix, errors) open from the Runs table.")

@@ -22,7 +22,7 @@ from workbench.errors import WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.services import tracking as tracking_service
 from workbench.ui import format as fmt
-from workbench.ui import export_panel, plots, polling, predict_panel
+from workbench.ui import access, export_panel, plots, polling, predict_panel
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 25
@@ -72,13 +72,31 @@ def list_page(wb, status: str = ALL, search: str = "", sort: str = "newest first
         total = counts.get(status, 0) if status not in (ALL, "", None) else sum(counts.values())
         if search:
             total = None  # the per-status counts do not know the search
-    rows = _with_intervals(items, _with_queue_and_live_eta(wb, items, [fmt.run_row(run) for run in items]))
+    rows = _with_intervals(items, _with_queue_and_live_eta(wb, items, _rows_with_owners(wb, items)))
     first = (page - 1) * PAGE_SIZE + 1
     if total is not None:
         caption = f"{first}–{first + len(rows) - 1} of {total} runs" if rows else f"no runs on page {page} of {total}"
     else:
         caption = f"page {page}" if rows else "no runs yet"
     return rows, caption
+
+
+def _rows_with_owners(wb, items: list[Any]) -> list[list[Any]]:
+    """The table rows, each ending with its owner's name ("" without accounts, or for work made before them)."""
+    from workbench.services import accounts
+
+    owners = accounts.owner_names(wb)
+    rows = []
+    for run in items:
+        run = fmt.as_dict(run)
+        owner = run.get("owner_id")
+        if owners and "owner_id" not in run:
+            try:
+                owner = accounts.owner_of(wb, "run", run.get("id"))
+            except WorkbenchError:
+                owner = None
+        rows.append(fmt.run_row({**run, "owner_id": owner}, owners))
+    return rows
 
 
 def _with_queue_and_live_eta(wb, items: list[Any], rows: list[list[Any]]) -> list[list[Any]]:
@@ -460,7 +478,9 @@ def publish_playground(wb, run_id: Any, with_token: bool, runtime: str = "pytorc
     service, rid = _playground_service(), selected_run(run_id)
     if rid is None:
         raise gr.Error("Pick a run first (click its row in the table).")
-    info = service.publish(wb, rid, token=service.new_token() if with_token else None, runtime=runtime or "pytorch")
+    info = service.publish(wb, rid, token=service.new_token() if with_token else None, runtime=runtime or "pytorch",
+                           owner_id=access.owner_id())
+    access.record(wb, "publish", "playground", info.slug, {"run": rid})
     path = info.url_path
     warning = runs_service.learned_warning(wb, rid)
     caution = f"\n\n⚠ This run {warning}" if warning else ""
@@ -479,6 +499,7 @@ def unpublish_playground(wb, slug: str | None) -> str:
     if not (slug or "").strip():
         raise gr.Error("Pick the playground to unpublish (its slug).")
     _playground_service().unpublish(wb, slug.strip())
+    access.record(wb, "unpublish", "playground", slug.strip())
     return f"✔ Playground **{slug.strip()}** unpublished: its link no longer works."
 
 
@@ -499,6 +520,7 @@ def push_model(wb, run_id: Any, repo_id: str, token: str, private: bool) -> str:
         raise gr.Error("Give the Hub repository as user-or-org/model-name.")
     url = _playground_service().push_to_hub(wb, rid, repo_id.strip(), token=(token or "").strip() or None,
                                            private=bool(private))
+    access.record(wb, "export", "run", rid, {"hub": repo_id.strip()})
     return f"✔ Pushed run #{rid} to [{url}]({url})."
 
 
@@ -795,7 +817,9 @@ def _act(action, rid, *args):
 
 def repeat_text(wb, run_id: int, seeds: Any) -> str:
     """Queue the selected run again with other seeds (``runs_service.repeat_with_seeds``) and say what was queued."""
-    queued = runs_service.repeat_with_seeds(wb, run_id, int(seeds or 3))
+    queued = runs_service.repeat_with_seeds(wb, run_id, int(seeds or 3), owner_id=access.owner_id())
+    for new_id in queued["ids"]:
+        access.record(wb, "create", "run", new_id)
     return (f"Queued runs {', '.join(map(str, queued['ids']))} with seeds {', '.join(map(str, queued['seeds']))} "
             f"(group of run {queued['group']}).")
 
@@ -805,7 +829,9 @@ def _wire_actions(wb, actions: _Actions) -> list:
     that change the selected run: continue (the new run) and delete (none)."""
     run_id, status = actions.run_id, actions.status
     def on_cancel(rid):
-        return _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid)
+        said = _act(lambda r: (runs_service.cancel_run(wb, r), f"Cancel requested for run #{r}.")[1], rid)
+        access.record(wb, "cancel", "run", selected_run(rid))
+        return said
 
     def on_retry(rid):
         return _act(lambda r: (runs_service.retry_run(wb, r), f"Run #{r} is queued again.")[1], rid)
@@ -818,6 +844,7 @@ def _wire_actions(wb, actions: _Actions) -> list:
 
     def on_continue(rid, epochs):
         new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
+        access.record(wb, "create", "run", new_id, {"continues": selected_run(rid)})
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 
     continued = actions.continue_button.click(on_continue, [run_id, actions.extra_epochs], [status, run_id])
@@ -829,6 +856,7 @@ def _wire_actions(wb, actions: _Actions) -> list:
 
     def on_delete(rid):
         _act(lambda r: runs_service.delete_run(wb, r), rid)
+        access.record(wb, "delete", "run", selected_run(rid))
         return gr.update(visible=False), f"Run #{rid} deleted.", None
 
     deleted = actions.confirm_delete.click(on_delete, [run_id], [actions.confirm_row, status, run_id])
@@ -848,7 +876,9 @@ def download_value(wb, run_id: Any, held: Optional[str]) -> Any:
     unchanged) when first asked for. A button that already holds it (``held``) saved it on this click."""
     if held:
         return gr.skip()
-    return str(_act(lambda r: _export_zip(wb, r), run_id))
+    path = str(_act(lambda r: _export_zip(wb, r), run_id))
+    access.record(wb, "download", "run", selected_run(run_id))
+    return path
 
 
 def _wire_share(wb, actions: _Actions, detail_tabs: gr.Tabs, share: _Share) -> None:

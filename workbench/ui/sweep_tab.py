@@ -23,6 +23,7 @@ from storage.models import SWEEP_RUNNING
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
+from workbench.ui import access
 from workbench.ui import format as fmt
 from workbench.ui import polling, runs_tab, sweep_plots
 
@@ -238,9 +239,11 @@ def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.compone
     def on_start(base_json, space_text, trials, parallel, pruner_, metric_, direction_, name_):
         try:
             sweep_id = sweep_service.create_sweep(wb, spec_from_form(base_json, space_text, trials, parallel,
-                                                                     pruner_, metric_, direction_, name_))
+                                                                     pruner_, metric_, direction_, name_),
+                                                  owner_id=access.owner_id())
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
+        access.record(wb, "create", "sweep", sweep_id)
         return f"✔ Sweep #{sweep_id} started; its first trials are on the queue.", sweep_id
 
     defaults.click(default_space_for, [base_spec], [space])
@@ -345,7 +348,9 @@ def build_view(wb) -> SweepView:
         if not sweep_id:
             raise gr.Error("Pick a sweep first.")
         try:
-            return f"Sweep #{sweep_id}: {sweep_service.cancel_sweep(wb, int(sweep_id))}."
+            said = sweep_service.cancel_sweep(wb, int(sweep_id))
+            access.record(wb, "cancel", "sweep", int(sweep_id))
+            return f"Sweep #{sweep_id}: {said}."
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
 

@@ -16,6 +16,7 @@ from workbench.services import catalogue, estimates, specs
 from workbench.services import datasets as data_service
 from workbench.services import runs as runs_service
 from workbench.services.specs import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
+from workbench.ui import access
 from workbench.ui import format as fmt
 
 PRESETS = ("quick", "standard", "thorough")
@@ -346,9 +347,11 @@ def build(wb) -> TrainTab:
         if not spec.data.dataset_id:
             raise gr.Error("Choose a dataset first (import one in the Data tab).")
         try:
-            run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None)
+            run_id = runs_service.submit_run(wb, spec, parent_run_id=int(parent) if parent else None,
+                                             owner_id=access.owner_id())
         except WorkbenchError as exc:
             raise gr.Error(str(exc))
+        access.record(wb, "create", "run", run_id)
         warning = data_service.test_set_warning(wb, spec.data.dataset_id)
         return submitted_text(wb, run_id) + (f"  \n⚠ {warning[0].upper()}{warning[1:]}." if warning else ""), run_id
 
