@@ -169,7 +169,8 @@ def add_signin_routes(app, wb: Workbench) -> None:
 
     A right password gets 200 and an HttpOnly, SameSite=Lax session cookie (Secure over https) that lasts as
     long as the session does; a wrong one 400, as Gradio answers (the login screen and the throttle count on
-    it). The password is never logged: a failed sign-in is one line with the name and the address."""
+    it). Neither the password nor the name typed is logged (a password typed in the name box would be):
+    a failed sign-in is one line with the address."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import JSONResponse, RedirectResponse
 
@@ -184,7 +185,7 @@ def add_signin_routes(app, wb: Workbench) -> None:
         actor = await run_in_threadpool(accounts.authenticate, wb, name, password, address=address) \
             if name and password else None
         if actor is None:
-            log.warning("sign-in failed for %r from %s", name[:200], address)
+            log.warning("sign-in failed from %s (the activity log names the user tried)", address)
             return JSONResponse({"detail": "Incorrect credentials."}, status_code=400)
         raw = await run_in_threadpool(accounts.start_session, wb, actor, address=address)
         response = JSONResponse({"success": True})
