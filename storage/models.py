@@ -1,5 +1,5 @@
 """SQLAlchemy 2.x models: datasets, runs (the job queue), per-step metrics, artifacts, playgrounds, sweeps,
-label audits, labelling projects.
+label audits, labelling projects, accounts (users, sessions, API tokens, the activity log).
 
 The schema is created and upgraded only through the Alembic migrations in
 ``storage/migrations``; a change here needs a new revision there.
@@ -56,6 +56,8 @@ class Dataset(Base):
     __tablename__ = "datasets"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(200))
     task: Mapped[str] = mapped_column(String(40), index=True)
     format: Mapped[str] = mapped_column(String(40))
@@ -85,6 +87,8 @@ class Run(Base):
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(200), default="")
     task: Mapped[str] = mapped_column(String(40))
     model: Mapped[str] = mapped_column(String(300))
@@ -203,6 +207,8 @@ class Playground(Base):
     __tablename__ = "playgrounds"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     slug: Mapped[str] = mapped_column(String(80), unique=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     # sha256 of the access token; NULL means public.
@@ -243,6 +249,8 @@ class Sweep(Base):
     __tablename__ = "sweeps"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(200), default="")
     task: Mapped[str] = mapped_column(String(40))
     status: Mapped[str] = mapped_column(String(16), default=SWEEP_RUNNING, index=True)
@@ -274,6 +282,8 @@ class Audit(Base):
     __tablename__ = "audits"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(200), default="")
     dataset_id: Mapped[Optional[str]] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"),
                                                       nullable=True, index=True)
@@ -315,6 +325,8 @@ class LabelProject(Base):
     __tablename__ = "label_projects"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # the user who made it (accounts: workbench/services/access.py); NULL = made before accounts, an admin's
+    owner_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(200), default="")
     multi_label: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), nullable=False)
     folder: Mapped[str] = mapped_column(Text)
@@ -449,3 +461,70 @@ class LabelEstimate(Base):
     source: Mapped[str] = mapped_column(String(40), default="")
     agreement: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+# --- accounts (workbench/services/accounts.py, docs/access.md) ------------------------------------------------
+
+class User(Base):
+    """A person who signs in. ``password_hash`` is Argon2id (argon2-cffi's encoded form, parameters included);
+    a disabled user cannot sign in and their sessions and tokens stop working."""
+
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('viewer', 'editor', 'admin')", name="ck_users_role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(120), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    last_sign_in_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+
+class WebSession(Base):
+    """A signed-in browser: the cookie's value is never stored, only its sha256."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    address: Mapped[str] = mapped_column(String(64), default="")
+
+
+class ApiToken(Base):
+    """A user's API token (``Authorization: Bearer wbt_…``): shown once, stored as its sha256; ``scope`` is
+    ``read`` or ``write`` and never grants more than the user's role."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("scope IN ('read', 'write')", name="ck_api_tokens_scope"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(120))
+    scope: Mapped[str] = mapped_column(String(8))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    expires_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    last_used_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+    revoked_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime, nullable=True)
+
+
+class Activity(Base):
+    """Who did what and when. Append-only for everyone: database triggers refuse UPDATE and DELETE (migration
+    0015_accounts). No password and no token value is ever in it (a token by its name)."""
+
+    __tablename__ = "activity"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    user_id: Mapped[Optional[int]] = mapped_column(Integer, nullable=True, index=True)  # no FK: rows outlive users
+    user_name: Mapped[str] = mapped_column(String(120), default="")
+    token_name: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    action: Mapped[str] = mapped_column(String(32), index=True)
+    target_kind: Mapped[Optional[str]] = mapped_column(String(32), nullable=True)
+    target_id: Mapped[Optional[str]] = mapped_column(String(120), nullable=True)
+    detail: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    address: Mapped[str] = mapped_column(String(64), default="")

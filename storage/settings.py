@@ -67,6 +67,8 @@ SETTINGS: tuple[Setting, ...] = (
             "headers say (`workbench serve --forwarded-allow-ips`).", parse_addresses),
     Setting("auth", "", "Protects the whole workbench: `user:password`, several separated by commas, or the path "
             "of a file with one `user:password` per line. Empty means no login. Playgrounds have their own tokens."),
+    Setting("session_hours", 12.0, "How long a browser stays signed in after signing in, in hours (accounts: "
+            "docs/access.md).", float),
     Setting("device", "auto", "Where training runs: `auto` (GPU when present, else CPU), `cpu`, `cuda` or `cuda:N`."),
     Setting("max_jobs", 1, "Most runs one worker executes at the same time.", int),
     Setting("short_jobs", 1, "Prediction, evaluation and export jobs one worker runs beside its `WORKBENCH_MAX_JOBS` "
@@ -130,6 +132,7 @@ class Settings:
     port: int
     forwarded_allow_ips: str
     auth: str
+    session_hours: float
     device: str
     max_jobs: int
     short_jobs: int

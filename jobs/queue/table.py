@@ -54,17 +54,19 @@ def new_worker_id() -> str:
 
 def submit(db: Database, spec: RunSpec, runs_dir: Path, *, parent_run_id: Optional[int] = None,
            priority: int = 0, sweep_id: Optional[int] = None, trial_number: Optional[int] = None,
-           estimate: Optional[dict[str, Any]] = None) -> int:
+           estimate: Optional[dict[str, Any]] = None, owner_id: Optional[int] = None) -> int:
     """Insert a queued run for ``spec``; its artifacts will live in ``runs_dir/<id>``. A sweep's trial
     carries its sweep and trial number from the start, so no worker can claim it unlinked, and the
     sweep's ``n_trials`` read in the same INSERT: the database refuses a trial past it (IntegrityError).
     ``estimate`` is the time estimated at submit, kept to compare with the actual time later."""
     budget = (select(Sweep.n_trials).where(Sweep.id == sweep_id).scalar_subquery()
               if sweep_id is not None else None)
+    if sweep_id is not None and owner_id is None:  # a trial is its sweep's owner's
+        owner_id = select(Sweep.owner_id).where(Sweep.id == sweep_id).scalar_subquery()
     with db.session() as session:
         return add_queued_run(session, spec, runs_dir, parent_run_id=parent_run_id, priority=priority,
                               sweep_id=sweep_id, trial_number=trial_number, sweep_n_trials=budget,
-                              estimate=estimate).id
+                              estimate=estimate, owner_id=owner_id).id
 
 
 def add_queued_run(session: Any, spec: RunSpec, runs_dir: Path, **columns: Any) -> Run:
@@ -79,7 +81,8 @@ def add_queued_run(session: Any, spec: RunSpec, runs_dir: Path, **columns: Any) 
 
 
 def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *, parent_run_id: int, task: str,
-               model: str, name: str = "", dataset_id: Optional[str] = None, priority: int = 0) -> int:
+               model: str, name: str = "", dataset_id: Optional[str] = None, priority: int = 0,
+               owner_id: Optional[int] = None) -> int:
     """Insert a queued job of another kind than training (a prediction or an evaluation with a
     ``jobs.predict.spec.PredictSpec`` as ``spec``) that puts run ``parent_run_id``'s model to work.
     It is claimed, leased, cancelled and resumed like any run; its files live in ``runs_dir/<id>``."""
@@ -87,7 +90,7 @@ def submit_job(db: Database, kind: str, spec: dict[str, Any], runs_dir: Path, *,
         raise ValueError(f"submit_job queues prediction or evaluation jobs, not {kind!r}")
     with db.session() as session:
         run = Run(name=name, kind=kind, task=task, model=model, status=QUEUED, spec=dict(spec),
-                  dataset_id=dataset_id, parent_run_id=parent_run_id, priority=priority)
+                  dataset_id=dataset_id, parent_run_id=parent_run_id, priority=priority, owner_id=owner_id)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))
@@ -104,7 +107,8 @@ def submit_label_job(db: Database, kind: str, project_id: int, runs_dir: Path) -
         if project is None:
             raise NotFound(f"labelling project {project_id} does not exist")
         run = Run(name=f"{kind} of project {project_id}", kind=kind, task="text-classification",
-                  model=project.model, status=QUEUED, spec={"project_id": project_id}, label_project_id=project_id)
+                  model=project.model, status=QUEUED, spec={"project_id": project_id}, label_project_id=project_id,
+                  owner_id=project.owner_id)
         session.add(run)
         session.flush()
         run.output_dir = str(Path(runs_dir) / str(run.id))

@@ -105,7 +105,8 @@ def _info(pg: Playground, run: Run, token: Optional[str] = None) -> PlaygroundIn
         runtime=pg.runtime or PYTORCH, token=token)
 
 
-def publish(wb: Workbench, run_id: int, token: Optional[str] = None, runtime: str = PYTORCH) -> PlaygroundInfo:
+def publish(wb: Workbench, run_id: int, token: Optional[str] = None, runtime: str = PYTORCH, *,
+            owner_id: Optional[int] = None) -> PlaygroundInfo:
     """Publish a succeeded run; the answer carries the plaintext token (if any) this one time.
 
     Each call makes a new playground with its own slug (and token), so a link
@@ -128,7 +129,7 @@ def publish(wb: Workbench, run_id: int, token: Optional[str] = None, runtime: st
         slug = f"{_slugify(run.name or run.task)}-{run.id}-{secrets.token_hex(3)}"
         pg = Playground(slug=slug, run_id=run.id, token_hash=hash_token(token.strip()) if token else None,
                         active=True, created_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
-                        runtime=runtime)
+                        runtime=runtime, owner_id=owner_id)
         session.add(pg)
         session.flush()
         log.info("published run %s as playground %s (token: %s, runtime: %s)", run.id, slug,

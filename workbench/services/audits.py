@@ -91,7 +91,7 @@ def _given(record: dict, task: str) -> Any:
 
 def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DEFAULT_MODEL, preset: str = "quick",
                  seed: int = 42, method: str = label_issues.SELF_CONFIDENCE, lora: bool = False,
-                 name: str = "", train: Optional[Mapping[str, Any]] = None) -> int:
+                 name: str = "", train: Optional[Mapping[str, Any]] = None, owner_id: Optional[int] = None) -> int:
     """Queue the k fold runs of an audit of ``dataset`` (id, id prefix or name). Returns the audit id.
 
     ``train`` sets more hyper-parameters of every fold run (``TrainSpec`` fields, e.g. ``epochs``).
@@ -132,7 +132,7 @@ def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DE
     runs_service.submit_run_checks(wb, first)
     estimate = _fold_estimate(wb, first, len(pool), folds)
     with wb.db.session() as session:
-        audit = Audit(name=title, dataset_id=summary.id, task=summary.task, spec=spec, folder="")
+        audit = Audit(name=title, dataset_id=summary.id, task=summary.task, spec=spec, folder="", owner_id=owner_id)
         session.add(audit)
         session.flush()
         folder = _audits_dir(wb) / str(audit.id)
@@ -143,7 +143,7 @@ def create_audit(wb: Workbench, dataset: str, *, folds: int = 5, model: str = DE
                 fold_spec = _fold_spec(summary, fold, folds, model, preset, seed, lora, title, folder, train)
                 run = Run(name=fold_spec.name, task=fold_spec.task, model=fold_spec.model, status=QUEUED,
                           spec=fold_spec.to_dict(), dataset_id=summary.id, audit_id=audit.id, fold=fold,
-                          estimate=estimate)
+                          estimate=estimate, owner_id=owner_id)
                 session.add(run)
                 session.flush()
                 run.output_dir = str(wb.settings.runs_dir / str(run.id))
@@ -571,7 +571,7 @@ def _relabel(record: dict, row: dict, task: str) -> dict:
     return {**record, "tags": tags}
 
 
-def save_corrected(wb: Workbench, audit_id: int, name: str = "") -> dict[str, Any]:
+def save_corrected(wb: Workbench, audit_id: int, name: str = "", *, owner_id: Optional[int] = None) -> dict[str, Any]:
     """Write the corrected copy as a new dataset (a new id; the original is never changed) and
     return its summary with the counts of relabelled, dropped and kept examples."""
     from workbench.services import datasets as datasets_service
@@ -598,6 +598,6 @@ def save_corrected(wb: Workbench, audit_id: int, name: str = "") -> dict[str, An
         summary = datasets_service.import_dataset(
             wb, train, task, name=title, format="jsonl", validation_path=validation,
             validation_fraction=0.0 if validation is None else float(options.get("validation_fraction", 0.1)),
-            seed=int(options.get("seed", 13)))
+            seed=int(options.get("seed", 13)), owner_id=owner_id)
     log.info("audit %s: corrected copy saved as dataset %s (%s)", audit_id, summary.id, counts)
     return {**summary.to_dict(), "counts": counts}

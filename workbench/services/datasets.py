@@ -11,7 +11,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -127,7 +127,8 @@ def validate_file(wb: Workbench, path: str | Path, task: str, **kwargs: Any) -> 
 def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | None = None,
                    format: str | None = None, columns: ColumnMapping | None = None,
                    validation_path: str | Path | None = None, validation_fraction: float = 0.1, seed: int = 13,
-                   tokenizer: Any = None, max_length: int = 128, keep_duplicates: bool = False) -> DatasetSummary:
+                   tokenizer: Any = None, max_length: int = 128, keep_duplicates: bool = False,
+                   owner_id: Optional[int] = None) -> DatasetSummary:
     """Validate and store a file. All or nothing: on any error no row and no folder remain.
 
     The id is derived from the bytes and the options, so importing the same thing twice returns the
@@ -152,7 +153,7 @@ def import_dataset(wb: Workbench, path: str | Path, task: str, *, name: str | No
         _keep_sources(staged, source, validation)
         (staged / "meta.json").write_text(json.dumps({"options": options.to_dict(), **prepared.to_dict()},
                                                      indent=1, ensure_ascii=False, default=str), encoding="utf-8")
-        row = Dataset(id=id_, name=name or source.stem, task=options.task, format=prepared.format,
+        row = Dataset(id=id_, name=name or source.stem, task=options.task, format=prepared.format, owner_id=owner_id,
                       content_hash=content_hash, path=str(store.path(id_)), num_train=prepared.train,
                       num_validation=prepared.validation, labels=prepared.labels or {},
                       stats={"token_stats": prepared.token_stats, "details": prepared.details,

@@ -50,7 +50,7 @@ def _exportable(session, run_id: int) -> Run:
 
 
 def queue_export(wb: Workbench, run_id: int, *, int8: bool = True, fp16: Optional[bool] = None,
-                 priority: int = 0) -> int:
+                 priority: int = 0, owner_id: Optional[int] = None) -> int:
     """Queue an ONNX export of run ``run_id``'s model (fp32, plus int8 unless ``int8`` is False; fp16 by
     default only on a GPU); returns the job's id. Refused before queueing when the run cannot be exported."""
     with wb.db.session() as session:
@@ -58,7 +58,7 @@ def queue_export(wb: Workbench, run_id: int, *, int8: bool = True, fp16: Optiona
         task, model = run.task, run.model
     spec = ExportSpec(run_id=run_id, int8=bool(int8), fp16=fp16, name=f"ONNX export of run {run_id}")
     job_id = queue.submit_job(wb.db, KIND_EXPORT, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
-                              task=task, model=model, name=spec.name, priority=priority)
+                              task=task, model=model, name=spec.name, priority=priority, owner_id=owner_id)
     log.info("queued export job %s: run %s (int8 %s)", job_id, run_id, spec.int8)
     return job_id
 

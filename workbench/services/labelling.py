@@ -112,7 +112,8 @@ def create_project(wb: Workbench, path: str | Path, labels: Sequence[str] | Sequ
                    name: Optional[str] = None, multi_label: bool = False, user: str = "",
                    text_column: Optional[str] = None, id_column: Optional[str] = None,
                    label_column: Optional[str] = None, model: str = DEFAULT_MODEL, strategy: str = "margin",
-                   random_share: float = 0.1, refit_every: int = 10) -> dict[str, Any]:
+                   random_share: float = 0.1, refit_every: int = 10,
+                   owner_id: Optional[int] = None) -> dict[str, Any]:
     """A project over the texts of ``path`` (CSV, TSV, JSON Lines or plain text, one text a line): reads and
     validates the file (``DataValidationError`` with the file, line and fix of every problem, nothing stored),
     inserts the items in chunks, records the labels already in the file as ``user``'s, keeps a copy of the
@@ -134,7 +135,7 @@ def create_project(wb: Workbench, path: str | Path, labels: Sequence[str] | Sequ
         with wb.db.session() as session:
             project = LabelProject(name=title, multi_label=bool(multi_label), folder="", source_name=source.name,
                                    model=model, strategy=strategy, random_share=float(random_share),
-                                   refit_every=int(refit_every), created_by=user)
+                                   refit_every=int(refit_every), created_by=user, owner_id=owner_id)
             session.add(project)
             session.flush()
             project_id = project.id
@@ -717,7 +718,8 @@ def _read_id_labels(source: Path, problems: ProblemLog) -> Iterator[tuple[int, s
             yield line, row[where_id].strip(), row[where_label]
 
 
-def train_from_labels(wb: Workbench, project_id: int, user: str = "", wait: bool = False) -> int:
+def train_from_labels(wb: Workbench, project_id: int, user: str = "", wait: bool = False, *,
+                      owner_id: Optional[int] = None) -> int:
     """Store the project's labels as a dataset version (its validation part: the labelled random-share items,
     an unbiased sample of the pool, when there are ``MIN_RANDOM_VALIDATION`` of them; else split as an upload
     is) and queue a normal training run with the defaults, linked to the project. Returns the run id (after
@@ -746,7 +748,7 @@ def train_from_labels(wb: Workbench, project_id: int, user: str = "", wait: bool
                 shutil.copyfileobj(src, out_train)
         dataset = datasets_service.import_dataset(
             wb, train, "text-classification", name=f"{title} ({labelled} labels)", format="jsonl",
-            validation_path=validation if held_out else None, tokenizer=False)
+            validation_path=validation if held_out else None, tokenizer=False, owner_id=owner_id)
     spec = RunSpec(task="text-classification", model=model or DEFAULT_MODEL,
                    data=DataSpec(dataset_id=dataset.id, name=dataset.name),
                    name=f"{title}: trained from {labelled} labels")
@@ -754,7 +756,7 @@ def train_from_labels(wb: Workbench, project_id: int, user: str = "", wait: bool
     estimate = runs_service.run_estimate(wb, spec)
     with wb.db.session() as session:
         run_id = queue.add_queued_run(session, spec, wb.settings.runs_dir, label_project_id=project_id,
-                                      estimate=estimate).id
+                                      estimate=estimate, owner_id=owner_id).id
     log.info("project %s: run %s queued on dataset %s (%s)", project_id, run_id, dataset.id,
              "random-share validation" if held_out else "split validation")
     if wait:
@@ -790,7 +792,7 @@ def predict_pool(wb: Workbench, project_id: int, run_id: int) -> int:
 
 
 def send_to_relabel(wb: Workbench, audit_id: int, project_id: Optional[int] = None, user: str = "",
-                    examples: Optional[Sequence[str]] = None) -> dict[str, Any]:
+                    examples: Optional[Sequence[str]] = None, *, owner_id: Optional[int] = None) -> dict[str, Any]:
     """Put a finished audit's flagged examples (``examples``, else every flagged one not marked keep or drop)
     into a project's queue to be labelled again: into ``project_id``'s items of the same text, or into a new
     project made from the audit's examples with their labels. Returns ``{"project_id", "sent", "not_found"}``."""
@@ -808,7 +810,7 @@ def send_to_relabel(wb: Workbench, audit_id: int, project_id: Optional[int] = No
     if not chosen:
         raise InvalidState(f"audit {audit_id} flagged no example to relabel")
     if project_id is None:
-        project_id = _project_from_audit(wb, audit_id, name, folder, folds, classes, user)
+        project_id = _project_from_audit(wb, audit_id, name, folder, folds, classes, user, owner_id)
         match, keys = LabelItem.external_id, [r["example"] for r in chosen]
     else:
         match, keys = LabelItem.text, [r["text"] for r in chosen]
@@ -822,7 +824,7 @@ def send_to_relabel(wb: Workbench, audit_id: int, project_id: Optional[int] = No
 
 
 def _project_from_audit(wb: Workbench, audit_id: int, name: str, folder: Path, folds: int, classes: list[str],
-                        user: str) -> int:
+                        user: str, owner_id: Optional[int] = None) -> int:
     """A new project of the audit's examples (its fold files: they outlive the dataset), ids ``train:17``."""
     from workbench.services import audits
 
@@ -836,8 +838,8 @@ def _project_from_audit(wb: Workbench, audit_id: int, name: str, folder: Path, f
                             record = json.loads(raw)
                             out.write(json.dumps({"id": record[audits.EXAMPLE_KEY], "text": record["text"],
                                                   "label": record["label"]}, ensure_ascii=False) + "\n")
-        created = create_project(wb, pool, classes, name=f"relabel: {name}", user=user, id_column="id",
-                                 label_column="label", text_column="text")
+        created = create_project(wb, pool, classes, name=f"relabel: {name}", user=user, owner_id=owner_id,
+                                 id_column="id", label_column="label", text_column="text")
     return created["id"]
 
 

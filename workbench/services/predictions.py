@@ -182,7 +182,8 @@ def model_run_checked(wb: Workbench, run_id: int) -> str:
 
 def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, input_name: Optional[str] = None,
                       input_format: Optional[str] = None, columns: Optional[Mapping[str, Any]] = None,
-                      output_format: str = "csv", priority: int = 0, runtime: str = PYTORCH) -> int:
+                      output_format: str = "csv", priority: int = 0, runtime: str = PYTORCH,
+                      owner_id: Optional[int] = None) -> int:
     """Queue a prediction of run ``run_id``'s model over a whole file; returns the job's id.
 
     The file is checked first (readable, not empty, the columns the task needs are there) and kept under
@@ -208,7 +209,7 @@ def submit_prediction(wb: Workbench, run_id: int, input_path: str | Path, *, inp
     spec = dataclasses.replace(spec, input_path=str(kept), input_format=checked.format,
                                columns=named.to_dict() if named else {}, reads=checked.mapping)
     job_id = queue.submit_job(wb.db, KIND_PREDICT, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
-                              task=task, model=model, name=spec.name, priority=priority)
+                              task=task, model=model, name=spec.name, priority=priority, owner_id=owner_id)
     log.info("queued prediction job %s: run %s over %s%s", job_id, run_id, name,
              f" ({reads_text(checked.mapping)})" if checked.mapping else "")
     return job_id
@@ -272,7 +273,7 @@ def resolve_test_set(wb: Workbench, data: str | Path, task: str, *, input_format
 
 def _test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optional[str] = None,
               columns: Optional[Mapping[str, Any]] = None,
-              files: bool = True) -> tuple[datasets_service.DatasetSummary, bool]:
+              files: bool = True, owner_id: Optional[int] = None) -> tuple[datasets_service.DatasetSummary, bool]:
     """``resolve_test_set``, and whether this call stored it (a file seen for the first time): such a dataset
     is removed again when the evaluation is refused, so a refusal leaves nothing behind."""
     path = Path(str(data)).expanduser()
@@ -280,7 +281,7 @@ def _test_set(wb: Workbench, data: str | Path, task: str, *, input_format: Optio
         # scored as given: a test file's repeated rows are kept (a training import drops them)
         dataset = datasets_service.import_dataset(wb, path, task, format=input_format,
                                                   columns=column_mapping(columns), validation_fraction=0.0,
-                                                  keep_duplicates=True)
+                                                  keep_duplicates=True, owner_id=owner_id)
         created = not dataset.reused
     else:
         dataset, created = datasets_service.get_dataset(wb, str(data)), False
@@ -352,13 +353,15 @@ def _of_task(dataset: datasets_service.DatasetSummary, task: str, instead: str) 
 
 
 def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_format: Optional[str] = None,
-                      columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True) -> int:
+                      columns: Optional[Mapping[str, Any]] = None, priority: int = 0, files: bool = True,
+                      owner_id: Optional[int] = None) -> int:
     """Queue an evaluation of run ``run_id`` on a labelled test set (a stored dataset id or name, or — unless
     ``files`` is False — a file to import as one); returns the job's id. A run already evaluated on the same
     test set gets that evaluation's id back (``existing_evaluation``), nothing new queued; the dataset the
     run trained on is refused (``check_not_trained_on``)."""
     task = model_run_checked(wb, run_id)
-    dataset, created = _test_set(wb, data, task, input_format=input_format, columns=columns, files=files)
+    dataset, created = _test_set(wb, data, task, input_format=input_format, columns=columns, files=files,
+                                 owner_id=owner_id)
     try:
         check_not_trained_on(wb, run_id, dataset)
         check_test_set(wb, run_id, dataset)
@@ -404,7 +407,8 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
         return reused
     spec = PredictSpec(kind=KIND_EVALUATE, run_id=run_id, dataset_id=dataset.id, name=f"evaluate on {dataset.name}")
     job_id = queue.submit_job(wb.db, KIND_EVALUATE, spec.to_dict(), wb.settings.runs_dir, parent_run_id=run_id,
-                              task=task, model=model, name=spec.name, dataset_id=dataset.id, priority=priority)
+                              task=task, model=model, name=spec.name, dataset_id=dataset.id, priority=priority,
+                              owner_id=owner_id)
     log.info("queued evaluation job %s: run %s on dataset %s", job_id, run_id, dataset.id)
     return job_id
 

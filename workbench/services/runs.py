@@ -78,11 +78,12 @@ def _require_dataset(session, dataset_id: str) -> Dataset:
     return dataset
 
 
-def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0) -> int:
-    """Queue a run; a worker picks it up. Returns its id."""
+def submit_run(wb: Workbench, spec: RunSpec, *, parent_run_id: Optional[int] = None, priority: int = 0,
+               owner_id: Optional[int] = None) -> int:
+    """Queue a run (owned by user ``owner_id``); a worker picks it up. Returns its id."""
     submit_run_checks(wb, spec)
     return queue.submit(wb.db, spec, wb.settings.runs_dir, parent_run_id=parent_run_id, priority=priority,
-                        estimate=run_estimate(wb, spec))
+                        estimate=run_estimate(wb, spec), owner_id=owner_id)
 
 
 def submit_run_checks(wb: Workbench, spec: RunSpec) -> None:
@@ -583,7 +584,7 @@ def _check_seed_count(n: int) -> None:
         raise ConfigError(f"the number of seeds must be {MIN_SEEDS} to {MAX_SEEDS}, not {n}")
 
 
-def submit_seed_group(wb: Workbench, spec: RunSpec, n: int) -> dict[str, Any]:
+def submit_seed_group(wb: Workbench, spec: RunSpec, n: int, *, owner_id: Optional[int] = None) -> dict[str, Any]:
     """Queue ``n`` runs of ``spec`` with seeds ``spec.train.seed``, +1, ... as one seed group, named
     "NAME (seed S)". Returns ``{"group", "ids", "seeds"}``; the group is the first run's id."""
     _check_seed_count(n)
@@ -592,21 +593,21 @@ def submit_seed_group(wb: Workbench, spec: RunSpec, n: int) -> dict[str, Any]:
     name = spec.name or spec.task
     specs = [RunSpec.from_dict(_merge(spec.to_dict(), {"name": f"{name} (seed {seed})", "train": {"seed": seed}}))
              for seed in seeds]
-    group, ids = _queue_group(wb, specs, group=None, parent_run_id=None)
+    group, ids = _queue_group(wb, specs, group=None, parent_run_id=None, owner_id=owner_id)
     return {"group": group, "ids": ids, "seeds": seeds}
 
 
-def repeat_with_seeds(wb: Workbench, run_id: int, n: int) -> dict[str, Any]:
+def repeat_with_seeds(wb: Workbench, run_id: int, n: int, *, owner_id: Optional[int] = None) -> dict[str, Any]:
     """Bring run ``run_id``'s seed group up to ``n`` seeds: queue runs with its spec and the next seeds not in
     the group yet (its seed + 1, + 2, ...), named "NAME (seed S)". A run in no group starts one (the group is
     its id). Returns ``{"group", "ids", "seeds"}`` of the new runs; refused when the group has ``n`` already."""
-    queued = fill_seed_group(wb, run_id, n)
+    queued = fill_seed_group(wb, run_id, n, owner_id=owner_id)
     if not queued["ids"]:
         raise InvalidState(f"run {run_id}'s seed group already has {n} or more seeds; ask for more than that")
     return queued
 
 
-def fill_seed_group(wb: Workbench, run_id: int, n: int) -> dict[str, Any]:
+def fill_seed_group(wb: Workbench, run_id: int, n: int, *, owner_id: Optional[int] = None) -> dict[str, Any]:
     """``repeat_with_seeds`` that queues nothing (``ids`` empty) when the group is already large enough: asking
     twice for a sweep's top trials with N seeds confirms each of them once."""
     _check_seed_count(n)
@@ -627,12 +628,14 @@ def fill_seed_group(wb: Workbench, run_id: int, n: int) -> dict[str, Any]:
     specs = [RunSpec.from_dict(_merge(spec, {"name": f"{name} (seed {s})", "train": {"seed": s}})) for s in seeds]
     if specs:
         submit_run_checks(wb, specs[0])
-    group, ids = _queue_group(wb, specs, group=group or run_id, parent_run_id=run_id, first=(run_id, seed))
+    group, ids = _queue_group(wb, specs, group=group or run_id, parent_run_id=run_id, first=(run_id, seed),
+                              owner_id=owner_id)
     return {"group": group, "ids": ids, "seeds": seeds}
 
 
 def _queue_group(wb: Workbench, specs: list[RunSpec], *, group: Optional[int], parent_run_id: Optional[int],
-                 first: Optional[tuple[int, int]] = None) -> tuple[Optional[int], list[int]]:
+                 first: Optional[tuple[int, int]] = None, owner_id: Optional[int] = None
+                 ) -> tuple[Optional[int], list[int]]:
     """Insert the queued runs of one seed group in one transaction: all of them or, when a seed is in the group
     already (two requests at once), none. ``group`` None: the first new run names the group. ``first``: (run,
     seed) of an existing run that joins ``group`` if it is in none yet."""
@@ -645,7 +648,7 @@ def _queue_group(wb: Workbench, specs: list[RunSpec], *, group: Optional[int], p
                                 .values(seed_group=group, group_seed=first[1]))
             for spec in specs:
                 run = queue.add_queued_run(session, spec, wb.settings.runs_dir, parent_run_id=parent_run_id,
-                                           estimate=estimate, seed_group=group,
+                                           estimate=estimate, seed_group=group, owner_id=owner_id,
                                            group_seed=spec.train.seed if group is not None else None)
                 if group is None:
                     group = run.seed_group = run.id

@@ -37,7 +37,7 @@ def _iso(value: Optional[dt.datetime]) -> Optional[str]:
     return value.isoformat(timespec="seconds") + "Z" if value else None
 
 
-def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
+def create_sweep(wb: Workbench, spec: SweepSpec, *, owner_id: Optional[int] = None) -> int:
     """Create the sweep and its Optuna study, and queue its first ``parallelism`` trials (at most
     ``jobs.sweeps.driver.ASKS_PER_ADVANCE``; the workers queue the rest). Returns its id."""
     from workbench.services.runs import submit_run_checks
@@ -48,7 +48,7 @@ def create_sweep(wb: Workbench, spec: SweepSpec) -> int:
     engine.create_study(storage, study_name, spec)
     with wb.db.session() as session:
         sweep = Sweep(name=spec.name, task=spec.task, status=SWEEP_RUNNING, spec=spec.to_dict(),
-                      study_name=study_name, n_trials=spec.n_trials)
+                      study_name=study_name, n_trials=spec.n_trials, owner_id=owner_id)
         session.add(sweep)
         session.flush()
         sweep_id = sweep.id
