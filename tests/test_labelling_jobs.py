@@ -394,3 +394,30 @@ def test_a_real_runs_prediction_over_the_pool_drives_the_suggestions_and_the_cur
     rows = items(wb, project_id)
     assert [r["suggestion"] for r in rows[16:]] == [said[i][0] for i in range(16, 40)]
     assert project_row(wb, project_id)["estimates"] == 2  # the fast model's curve goes on
+
+
+def test_a_long_text_is_embedded_as_the_mean_of_its_windows_and_a_short_one_as_before(bert):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from jobs.labelling.encoder import MAX_LENGTH
+    from jobs.training.sentence_model import pool
+
+    tokenizer, model = AutoTokenizer.from_pretrained(str(bert)), AutoModel.from_pretrained(str(bert)).eval()
+
+    def one_window(text: str) -> np.ndarray:  # the encoder before windows: the first MAX_LENGTH tokens
+        encoded = tokenizer([text], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+        with torch.inference_mode():
+            return pool(model(**encoded).last_hidden_state, encoded["attention_mask"], "mean")[0].numpy()
+
+    words = [f"w{i % 50}" for i in range(400)]
+    short, long_a = "w1 w2 w3 w4", " ".join(words)
+    long_b = " ".join(words[:MAX_LENGTH] + ["w7"] * 272)  # the same first window, another ending
+    embedded = load_encoder(str(bert), batch_size=3)([short, long_a, long_b, ""])
+    assert np.allclose(embedded[0], one_window(short), atol=1e-5)
+    # the first window alone would make the two long texts one point; their windows tell them apart
+    assert np.allclose(one_window(long_a), one_window(long_b), atol=1e-5)
+    assert not np.allclose(embedded[1], embedded[2], atol=1e-3)
+    assert embedded.shape == (4, one_window(short).shape[0]) and np.isfinite(embedded).all()
+    capped = load_encoder(str(bert), max_windows=1)([long_a])
+    assert np.allclose(capped[0], one_window(long_a), atol=1e-5)

@@ -162,6 +162,16 @@ def test_progress_is_sent_only_when_it_changed_and_the_curve_has_its_band_and_ba
     assert "class='wb-interval'" in curve and "class='wb-majority'" in curve and curve.count("<circle") == 3
 
 
+def test_the_page_polls_every_2_s_for_the_embedding_and_every_5_s_while_someone_labels():
+    running, queued = {"status": "running"}, {"status": "queued"}
+    pace = label_tab.poll_pace
+    assert pace({"jobs": {"embed": running, "refit": None}, "labels_per_minute": 12}) == (True, 2.0)
+    assert pace({"jobs": {"embed": None, "refit": queued}, "labels_per_minute": 12}) == (True, 5.0)
+    assert pace({"jobs": {"embed": None, "refit": running}, "labels_per_minute": 0}) == (True, 2.0)
+    assert pace({"jobs": {"embed": {"status": "succeeded"}, "refit": None}, "labels_per_minute": 3}) == (True, 5.0)
+    assert pace({"jobs": {}, "labels_per_minute": 0}) == (False, 5.0) and pace(None) == (False, 5.0)
+
+
 def test_the_learning_curve_draws_a_lone_point_and_a_flat_majority():
     one = plots.learning_curve_svg([{"labels": 10, "estimate": 0.5, "low": 0.3, "high": 0.7, "metric": "macro_f1"}],
                                    majority=0.4)

@@ -25,39 +25,10 @@ from starlette.requests import Request
 
 from storage.context import Workbench
 from workbench.asgi import HideApiInfoFromVisitors, RefuseLoneSurrogates
-from workbench.errors import ConfigError
+# parse_auth moved to the services (the WORKBENCH_AUTH bootstrap imports its users); still importable here.
+from workbench.services.bootstrap import parse_auth  # noqa: F401
 
 log = logging.getLogger(__name__)
-
-
-def parse_auth(value: str) -> list[tuple[str, str]]:
-    """``WORKBENCH_AUTH`` as (user, password) pairs; an empty list means no login.
-
-    The value is either ``user:password[,user:password...]`` or the path of a
-    file with one ``user:password`` per line (blank lines and ``#`` comments
-    skipped). A password may contain ``:``; the user name may not.
-    """
-    value = (value or "").strip()
-    if not value:
-        return []
-    path = Path(value).expanduser()
-    if path.is_file():
-        entries = [(line.strip(), f"{path}:{number}") for number, line in
-                   enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
-        entries = [(text, where) for text, where in entries if text and not text.startswith("#")]
-        if not entries:
-            raise ConfigError(f"WORKBENCH_AUTH file {path} has no 'user:password' line")
-    elif "/" in value and ":" not in value:
-        raise ConfigError(f"WORKBENCH_AUTH file {value} does not exist")
-    else:
-        entries = [(part.strip(), "WORKBENCH_AUTH") for part in value.split(",") if part.strip()]
-    users = []
-    for text, where in entries:
-        user, sep, password = text.partition(":")
-        if not sep or not user.strip() or not password:
-            raise ConfigError(f"{where}: expected 'user:password', got {text!r}")
-        users.append((user.strip(), password))
-    return users
 
 
 def uvicorn_options(settings) -> dict:

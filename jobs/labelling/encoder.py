@@ -1,7 +1,13 @@
 """The frozen encoder that embeds a labelling project's pool: a catalogue model loaded once, then called on
 batch after batch of texts (``jobs.training.sentence_model.frozen_embeddings`` loads the model on each call,
 which a pool embedded in hundreds of batches cannot afford). Pooled as that function pools; torch is imported
-only when an encoder is built."""
+only when an encoder is built.
+
+A text longer than the window is read whole, as training reads long documents (``jobs.training.chunking``):
+cut into windows of ``MAX_LENGTH`` tokens overlapping by a quarter, at most ``DEFAULT_MAX_WINDOWS`` of them, and
+its embedding is the mean of its windows'. On 300 long movie reviews a logistic regression on such embeddings
+scored 0.760 against 0.683 on the first 128 tokens (bench/long_documents.py, frozen rows). A text that fits in
+one window gets exactly the embedding it got before."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -9,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from jobs.training.catalogue import load_path, resolve_model
+from jobs.training.chunking import DEFAULT_MAX_WINDOWS, split_windows
 
 Embedder = Callable[[Sequence[str]], np.ndarray]
 # Tokens kept of each text, as the frozen baselines keep (jobs.evaluation.baselines.FROZEN_MAX_LENGTH): a sentence
@@ -22,8 +29,10 @@ def model_path(name: str) -> str:
     return load_path(resolve_model(name))
 
 
-def load_encoder(path: str, device: str = "cpu", batch_size: int = BATCH) -> Embedder:
-    """A function from texts to their (un-normalised) sentence embeddings, one row each, in their order."""
+def load_encoder(path: str, device: str = "cpu", batch_size: int = BATCH,
+                 max_windows: int = DEFAULT_MAX_WINDOWS) -> Embedder:
+    """A function from texts to their (un-normalised) sentence embeddings, one row each, in their order; a long
+    text's is the mean of its windows' (at most ``max_windows``)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -41,17 +50,23 @@ def load_encoder(path: str, device: str = "cpu", batch_size: int = BATCH) -> Emb
     limit = min(MAX_LENGTH, getattr(tokenizer, "model_max_length", MAX_LENGTH) or MAX_LENGTH)
 
     def embed(texts: Sequence[str]) -> np.ndarray:
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths pad little
-        out = None
+        if not len(texts):
+            return np.zeros((0, 0), dtype=np.float32)
+        windows = split_windows(tokenizer, [str(t) for t in texts], None, limit, limit // 4, max_windows)
+        ids = windows.features["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # similar lengths pad little
+        sums, counts = None, np.zeros(len(texts), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
-                chunk = order[start:start + batch_size]
-                encoded = tokenizer([str(texts[i]) for i in chunk], padding=True, truncation=True,
-                                    max_length=limit, return_tensors="pt").to(device)
-                pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode)
-                if out is None:
-                    out = np.zeros((len(texts), pooled.shape[-1]), dtype=np.float32)
-                out[chunk] = pooled.float().cpu().numpy()
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+                rows = order[start:start + batch_size]
+                encoded = tokenizer.pad({name: [values[i] for i in rows] for name, values in windows.features.items()},
+                                        return_tensors="pt").to(device)
+                pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode).float().cpu().numpy()
+                if sums is None:
+                    sums = np.zeros((len(texts), pooled.shape[-1]), dtype=np.float32)
+                documents = np.asarray([windows.document[i] for i in rows])
+                np.add.at(sums, documents, pooled)
+                np.add.at(counts, documents, 1.0)
+        return sums / np.maximum(counts, 1.0)[:, None]
 
     return embed

@@ -1,2 +1,3 @@
 """CLI command modules; importing this package registers every command on ``workbench.cli.app``."""
-from workbench.commands import data, export, label, predict, publish, runs, serve, sweep, train, worker  # noqa: F401
+from workbench.commands import (activity, data, export, label, predict, publish, runs, serve, sweep,  # noqa: F401
+                                tokens, train, users, worker)

@@ -355,10 +355,21 @@ def progress_values(wb, project_id: Any, shown_key: str, interval: Any) -> tuple
     changed = key != shown_key
     shown = (status_html(status), plots.learning_curve_svg((status or {}).get("curve"),
                                                            (status or {}).get("majority")))
-    active = jobs_active(status)
-    moving = active or bool((status or {}).get("labels_per_minute"))
     return (*(shown if changed else (gr.skip(), gr.skip())), key,
-            timer_update(interval, changed, moving, POLL_SECONDS if active else LABELLING_POLL_SECONDS))
+            timer_update(interval, changed, *poll_pace(status)))
+
+
+def poll_pace(status: Optional[dict]) -> tuple[bool, float]:
+    """Whether the project moves, and the fastest interval to read it at: every ``POLL_SECONDS`` while the pool is
+    embedded (a progress bar) or a job runs with nobody labelling; ``LABELLING_POLL_SECONDS`` while labels come in,
+    refits or not: a refit every 10 labels kept the page polling every 2 s, for nothing a labeller needs that
+    often, and each poll is server work beside the key presses."""
+    jobs = (status or {}).get("jobs") or {}
+    embedding = bool(jobs.get("embed")) and jobs["embed"]["status"] in ("queued", "running")
+    labelling_now = bool((status or {}).get("labels_per_minute"))
+    active = jobs_active(status)
+    fast = embedding or (active and not labelling_now)
+    return active or labelling_now, POLL_SECONDS if fast else LABELLING_POLL_SECONDS
 
 
 # --------------------------------------------------------------------------------------------- hand-off
