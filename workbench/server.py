@@ -219,16 +219,14 @@ class SignInPage:
 
 
 def _import_bootstrap_users(wb: Workbench) -> None:
-    """``WORKBENCH_AUTH``'s users imported once, hashed, as admins (``workbench.services.bootstrap``, when this
-    version has it)."""
-    if importlib.util.find_spec("workbench.services.bootstrap") is None:
-        if wb.settings.auth:
-            log.warning("WORKBENCH_AUTH is set but this version cannot import its users; add accounts with "
-                        "`workbench users add NAME --role admin`")
-        return
-    from workbench.services.bootstrap import import_bootstrap_users
+    """``WORKBENCH_AUTH``'s users imported once, hashed, as admins; while there is no account, a warning says the
+    workbench is open and how to make the first admin."""
+    from workbench.services.bootstrap import first_start_message, import_bootstrap_users
 
     import_bootstrap_users(wb)
+    message = first_start_message(wb)
+    if message:
+        log.warning("%s", message)
 
 
 def _mount_api(app, wb: Workbench) -> None:
