@@ -368,7 +368,7 @@ def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_for
     except WorkbenchError:
         _forget_test_set(wb, dataset, created)
         raise
-    return _queue_evaluation(wb, run_id, dataset, priority)
+    return _queue_evaluation(wb, run_id, dataset, priority, owner_id)
 
 
 def check_not_trained_on(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
@@ -392,7 +392,8 @@ def existing_evaluation(wb: Workbench, run_id: int, dataset_id: str) -> Optional
             Run.status.in_((SUCCEEDED, QUEUED, *ACTIVE))).order_by(Run.id.desc()).limit(1))
 
 
-def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int) -> int:
+def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int,
+                      owner_id: Optional[int] = None) -> int:
     with wb.db.session() as session:
         run = model_run(session, run_id)
         task, model = run.task, run.model
