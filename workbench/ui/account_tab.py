@@ -193,16 +193,16 @@ def build(wb) -> AccountTabs:
 
 
 def on_load(wb, actor: Optional[Actor]) -> tuple:
-    """(account tab, admin tab, banner, style, tokens, users, activity) for ``actor``: nothing shown without
-    accounts; the banner says who is signed in, the style greys out what a viewer may not do."""
+    """(account tab, admin tab, banner, sign-out button, style, tokens, users, activity) for ``actor``: nothing
+    shown without accounts; the banner says who is signed in, the style greys out what a viewer may not do."""
     if actor is None or actor.local:
-        return gr.update(visible=False), gr.update(visible=False), "", "", [], [], []
+        return gr.update(visible=False), gr.update(visible=False), "", gr.update(visible=False), "", [], [], []
     admin = access_policy.allows(actor, ADMINISTER)
     viewer = not access_policy.allows(actor, CREATE)
     note = " · you can look at everything and change nothing" if viewer else ""
-    banner = f"Signed in as **{actor.name}** ({actor.role}){note} · [Sign out](logout)"
+    banner = f"Signed in as **{actor.name}** ({actor.role}){note}"
     return (gr.update(visible=access_policy.allows(actor, READ)), gr.update(visible=admin), banner,
-            viewer_style() if viewer else "", token_rows(wb, actor), user_rows(wb) if admin else [],
+            gr.update(visible=True), viewer_style() if viewer else "", token_rows(wb, actor), user_rows(wb) if admin else [],
             activity_rows(wb) if admin else [])
 
 

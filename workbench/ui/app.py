@@ -169,7 +169,11 @@ def build_ui(wb: Workbench) -> gr.Blocks:
     with gr.Blocks(title="BERT Workbench", analytics_enabled=False) as demo:
         gr.Markdown("# BERT Workbench\nUpload a file · start a run · watch it learn · compare · share",
                     elem_id="wb-title")
-        signed_in = gr.Markdown(elem_id="wb-signed-in")
+        with gr.Row(equal_height=True):
+            signed_in = gr.Markdown(elem_id="wb-signed-in")
+            sign_out = gr.Button("Sign out", size="sm", scale=0, min_width=90, visible=False, elem_id="wb-sign-out")
+        # In the browser only: GET /logout ends the session (a link in a Markdown would open another tab).
+        sign_out.click(None, None, None, js="() => { window.location.href = 'logout'; }")
         role_style = gr.HTML(elem_id="wb-role-style", padding=False)
         with gr.Tabs(selected="data") as tabs:
             with gr.Tab("Data", id="data", elem_id="tab-data"):
@@ -245,6 +249,6 @@ def build_ui(wb: Workbench) -> gr.Blocks:
         def my_role():
             return account_tab.on_load(wb, access.acting())
 
-        demo.load(my_role, None, [accounts.account, accounts.admin, signed_in, role_style, accounts.tokens,
-                                  accounts.users, accounts.activity])
+        demo.load(my_role, None, [accounts.account, accounts.admin, signed_in, sign_out, role_style,
+                                  accounts.tokens, accounts.users, accounts.activity])
     return quiet_user_errors(demo, authorize=lambda fn, args, kwargs: access.authorize(wb, fn, args, kwargs))
