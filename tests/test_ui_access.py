@@ -307,3 +307,55 @@ def test_without_accounts_everything_is_local(wb):
     assert access.request_actor(wb).local
     for key in ("runs_tab:_wire_actions.on_delete", "account_tab:build_admin.on_add_user"):
         assert access.authorize(wb, inspect.unwrap(handlers[key]), (None,), {}).local
+
+
+def _as(sessions, party, fn, *args):
+    token = as_party(sessions[party])
+    try:
+        return fn(*args)
+    finally:
+        LocalContext.request.reset(token)
+
+
+def test_my_tokens_panel_shows_a_value_once_and_revokes_only_mine(page):
+    wb, people, sessions, _, handlers = page
+    create = handlers["account_tab:build_tokens.on_create_token"]
+    revoke = handlers["account_tab:build_tokens.on_revoke_token"]
+    said, rows, cleared = _as(sessions, "viewer", create, "laptop", "read", 30)
+    value = said.split("`")[1]
+    assert value.startswith("wbt_") and cleared == ""
+    assert [r[1:3] for r in rows] == [["laptop", "read"]] and value not in repr(rows)
+    assert accounts.actor_for_token(wb, value).name == "vic"
+    listed = _as(sessions, "viewer", handlers["account_tab:build_tokens.on_tokens"])
+    assert value not in repr(listed)
+    editors = [t["id"] for t in accounts.list_tokens(wb, "ed")]
+    with pytest.raises(gr.Error):
+        _as(sessions, "viewer", revoke, editors[0])  # someone else's token
+    said, rows = _as(sessions, "viewer", revoke, rows[0][0])
+    assert "revoked" in said and accounts.actor_for_token(wb, value) is None
+
+
+def test_admin_page_adds_a_user_sets_a_role_and_filters_the_activity(page, caplog):
+    wb, people, sessions, _, handlers = page
+    caplog.set_level(logging.DEBUG)
+    said, users, password = _as(sessions, "admin", handlers["account_tab:build_admin.on_add_user"], "nina",
+                                "viewer", "nina-long-password-5")
+    assert "nina" in said and password == "" and ["nina", "viewer"] in [u[1:3] for u in users]
+    said, users, _ = _as(sessions, "admin", handlers["account_tab:build_admin.on_set_role"], "nina", "editor")
+    assert ["nina", "editor"] in [u[1:3] for u in users]
+    rows = _as(sessions, "admin", handlers["account_tab:build_admin.on_activity"], "", "user_add", "", 50)
+    assert rows and rows[0][3] == "user_add"
+    assert "nina-long-password-5" not in "\n".join(r.getMessage() for r in caplog.records)
+    with pytest.raises(gr.Error, match="admins can manage users"):
+        _as(sessions, "editor_own", handlers["account_tab:build_admin.on_add_user"], "eve", "admin", "x" * 20)
+
+
+def test_a_creator_records_the_owner_and_the_activity(page):
+    wb, people, sessions, owned, handlers = page
+    delete = handlers["runs_tab:_wire_actions.on_delete"]
+    run_id = owned["editor_own"]["run"]
+    _as(sessions, "editor_own", delete, run_id)
+    with wb.db.session() as session:
+        assert session.get(Run, run_id) is None
+    entry = accounts.list_activity(wb, action="delete", target_kind="run")[0]
+    assert (entry["user"], entry["target_id"]) == ("ed", str(run_id))
