@@ -274,7 +274,7 @@ def evaluate_selected(wb, run_ids: list[Any], dataset_id: str | None) -> str:
     if not ids:
         raise gr.Error("Pick the runs to evaluate in the runs box above.")
     before = {int(e["id"]) for e in predict_service.evaluations_on(wb, dataset_id)}
-    jobs = predict_service.evaluate_runs(wb, ids, dataset_id, files=False)
+    jobs = predict_service.evaluate_runs(wb, ids, dataset_id, files=False, owner_id=access.owner_id())
     queued = [j for j in jobs if j not in before]
     for job in queued:
         access.record(wb, "create", "run", job)
