@@ -764,7 +764,7 @@ def train_from_labels(wb: Workbench, project_id: int, user: str = "", wait: bool
     return run_id
 
 
-def predict_pool(wb: Workbench, project_id: int, run_id: int) -> int:
+def predict_pool(wb: Workbench, project_id: int, run_id: int, *, owner_id: Optional[int] = None) -> int:
     """Queue a prediction job of run ``run_id``'s model over the project's unlabelled texts (a CSV of ``id`` and
     ``text``, kept in the project's folder); returns the job's id, linked to the project."""
     from workbench.services import predictions
@@ -784,7 +784,7 @@ def predict_pool(wb: Workbench, project_id: int, run_id: int) -> int:
     if not rows:
         raise InvalidState(f"project {project_id} has no unlabelled text left to predict")
     job_id = predictions.submit_prediction(wb, run_id, pool, input_name=f"project-{project_id}-unlabelled.csv",
-                                           columns={"text": "text"})
+                                           columns={"text": "text"}, owner_id=owner_id)
     with wb.db.session() as session:
         session.execute(update(Run).where(Run.id == job_id).values(label_project_id=project_id)
                         .execution_options(synchronize_session=False))

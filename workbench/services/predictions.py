@@ -221,7 +221,7 @@ def reads_text(mapping: Mapping[str, str]) -> str:
 
 
 def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, output_format: str = "csv",
-                              priority: int = 0, runtime: str = PYTORCH) -> int:
+                              priority: int = 0, runtime: str = PYTORCH, owner_id: Optional[int] = None) -> int:
     """Queue a prediction of run ``run_id``'s model over a stored dataset (an id, id prefix or name): its
     normalized records, training split then validation split, read as a JSON Lines file whose keys the
     run's task reads (the labels are carried to the output like any other column, beside the predictions).
@@ -246,7 +246,7 @@ def submit_dataset_prediction(wb: Workbench, run_id: int, dataset: str, *, outpu
                         if source.read(1) != b"\n":
                             out.write(b"\n")  # the next split's first record starts a line of its own
         return submit_prediction(wb, run_id, joined, input_name=name, input_format="jsonl",
-                                 output_format=output_format, priority=priority, runtime=runtime)
+                                 output_format=output_format, priority=priority, runtime=runtime, owner_id=owner_id)
     finally:
         joined.unlink(missing_ok=True)  # the job reads the kept copy
 

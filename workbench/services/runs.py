@@ -262,7 +262,7 @@ def clone_run(wb: Workbench, run_id: int, changes: Mapping[str, Any] | None = No
     return submit_run(wb, RunSpec.from_dict(_merge(spec, changes or {})), parent_run_id=run_id)
 
 
-def continue_run(wb: Workbench, run_id: int, extra_epochs: float) -> int:
+def continue_run(wb: Workbench, run_id: int, extra_epochs: float, *, owner_id: Optional[int] = None) -> int:
     """Train a finished run's model for ``extra_epochs`` more epochs, as a new run.
 
     The new run starts from the saved model's weights (``init_from_run``) with a fresh optimizer and
@@ -280,7 +280,7 @@ def continue_run(wb: Workbench, run_id: int, extra_epochs: float) -> int:
         name = run.name or f"run {run_id}"
     changes = {"init_from_run": run_id, "name": f"{name} (+{extra_epochs:g} epochs)",
                "train": {"epochs": extra_epochs, "warmup_ratio": 0.0, "max_steps": None}}
-    return submit_run(wb, RunSpec.from_dict(_merge(spec, changes)), parent_run_id=run_id)
+    return submit_run(wb, RunSpec.from_dict(_merge(spec, changes)), parent_run_id=run_id, owner_id=owner_id)
 
 
 def delete_run(wb: Workbench, run_id: int) -> None:

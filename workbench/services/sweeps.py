@@ -235,7 +235,8 @@ def param_importance(wb: Workbench, sweep_id: int) -> dict[str, float]:
 
 # -- confirming the best trials with more seeds ------------------------------------------------------------------
 
-def confirm_top(wb: Workbench, sweep_id: int, top: int = 3, seeds: int = 3) -> list[dict[str, Any]]:
+def confirm_top(wb: Workbench, sweep_id: int, top: int = 3, seeds: int = 3, *,
+                owner_id: Optional[int] = None) -> list[dict[str, Any]]:
     """Queue more seeds of the sweep's ``top`` best completed trials, each grouped with its trial's run, until
     each group has ``seeds`` seeds (a trial confirmed already queues nothing again). Returns per trial, best
     first: ``{"trial", "run_id", "group", "ids", "seeds"}`` (the new runs and their seeds)."""
@@ -248,7 +249,7 @@ def confirm_top(wb: Workbench, sweep_id: int, top: int = 3, seeds: int = 3) -> l
     if not run_ids:
         raise NotFound(f"sweep {sweep_id} has no completed trial yet; confirm its best trials once some finished")
     trials = {r["run_id"]: r["trial"] for r in shown["trials"]}
-    return [{"trial": trials.get(run_id), "run_id": run_id, **runs_service.fill_seed_group(wb, run_id, seeds)}
+    return [{"trial": trials.get(run_id), "run_id": run_id, **runs_service.fill_seed_group(wb, run_id, seeds, owner_id=owner_id)}
             for run_id in run_ids]
 
 

@@ -417,7 +417,7 @@ def predict_rest(wb, project_id: Any, run_id: Any) -> str:
     pid, rid = project_number(project_id), project_number(run_id)
     if pid is None or rid is None:
         raise gr.Error("Pick a project and a finished run first.")
-    job_id = labelling.predict_pool(wb, pid, rid)
+    job_id = labelling.predict_pool(wb, pid, rid, owner_id=access.owner_id())
     access.record(wb, "create", "run", job_id)
     return (f"✔ Prediction job **#{job_id}** queued: run #{rid} labels this project's unlabelled texts. Its "
             "output file shows in the Runs tab.")

@@ -211,7 +211,8 @@ def queue_prediction(wb, rid: Any, upload: Any, input_format: str, text: str, pa
     path = received_file(upload, "file to label")
     if path is None and (dataset_id or "").strip():  # a pick from the list: a stored dataset, never a server path
         job_id = predict_service.submit_dataset_prediction(wb, int(run["id"]), dataset_id.strip(),
-                                                           output_format=output_format or "csv", runtime=runtime)
+                                                           output_format=output_format or "csv", runtime=runtime,
+                                                           owner_id=access.owner_id())
         access.record(wb, "create", "run", job_id, {"predicts_with": int(run["id"])})
         return (f"✔ Queued prediction job #{job_id} for dataset {_dataset_text(wb, dataset_id.strip())}: it appears "
                 "in the table below, and its file can be downloaded there once it has succeeded.")

@@ -843,7 +843,8 @@ def _wire_actions(wb, actions: _Actions) -> list:
     actions.retry.click(on_retry, [run_id], [status])
 
     def on_continue(rid, epochs):
-        new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1)), rid)
+        new_id = _act(lambda r: runs_service.continue_run(wb, r, float(epochs or 1),
+                                                                  owner_id=access.owner_id()), rid)
         access.record(wb, "create", "run", new_id, {"continues": selected_run(rid)})
         return f"Run #{new_id} continues run #{rid} for {epochs} more epoch(s).", new_id
 

@@ -270,9 +270,11 @@ def confirm_top_text(wb, sweep_id, top: int = CONFIRM_TOP, seeds: int = CONFIRM_
     if not sweep_id:
         raise gr.Error("Pick a sweep first.")
     try:
-        confirmed = sweep_service.confirm_top(wb, int(sweep_id), top, seeds)
+        confirmed = sweep_service.confirm_top(wb, int(sweep_id), top, seeds, owner_id=access.owner_id())
     except WorkbenchError as exc:
         raise gr.Error(str(exc))
+    for new_id in (i for c in confirmed for i in c["ids"]):
+        access.record(wb, "create", "run", new_id, {"sweep": int(sweep_id)})
     lines = [f"Trial {c['trial']} (run #{c['run_id']}): " + (
         f"queued runs {', '.join(map(str, c['ids']))} with seeds {', '.join(map(str, c['seeds']))}." if c["ids"]
         else f"already has {seeds} seeds.") for c in confirmed]
