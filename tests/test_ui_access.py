@@ -10,6 +10,7 @@ step only (the handlers themselves are the other tests' business).
 """
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 
@@ -203,6 +204,11 @@ def as_party(session_value):
     return LocalContext.request.set(gr.Request(cookies=cookies))
 
 
+def _authorize(wb, fn, args, kwargs):
+    """``access.authorize`` in a context of its own, as the page's handlers run it (the actor does not outlive it)."""
+    return contextvars.copy_context().run(access.authorize, wb, fn, args, kwargs)
+
+
 def test_every_handler_has_a_row(page):
     *_, handlers = page
     assert set(handlers) - set(EXPECTED) == set(), "a handler without a row in EXPECTED (and access.RULES)"
@@ -240,7 +246,7 @@ def test_matrix(page, key, party, caplog):
     token = as_party(sessions[party])
     try:
         if allowed:
-            access.authorize(wb, inner, values, {})
+            _authorize(wb, inner, values, {})
             return
         before = dump(wb)
         caplog.clear()
@@ -292,7 +298,7 @@ def test_only_an_admin_names_a_server_folder_as_a_model(page, key, args):
         LocalContext.request.reset(token)
     token = as_party(sessions["admin"])
     try:
-        access.authorize(wb, inner, values, {})
+        _authorize(wb, inner, values, {})
     finally:
         LocalContext.request.reset(token)
     # a catalogue entry or a hub id is anyone's
@@ -306,7 +312,28 @@ def test_without_accounts_everything_is_local(wb):
     handlers = {access.handler_key(f.fn): f.fn for f in build_ui(wb).fns.values() if f.fn is not None}
     assert access.request_actor(wb).local
     for key in ("runs_tab:_wire_actions.on_delete", "account_tab:build_admin.on_add_user"):
-        assert access.authorize(wb, inspect.unwrap(handlers[key]), (None,), {}).local
+        assert _authorize(wb, inspect.unwrap(handlers[key]), (None,), {}).local
+    assert access.acting() is None  # nothing outlives a call
+
+
+def test_a_viewer_opens_a_labelling_project_without_claiming_an_item(page):
+    from storage.models import LabelItem
+
+    wb, people, sessions, _, handlers = page
+    from workbench.services import labelling
+    import tempfile
+    from pathlib import Path
+
+    pool = Path(tempfile.mkdtemp()) / "pool.txt"
+    pool.write_text("first text\nsecond text\n", encoding="utf-8")
+    project = labelling.create_project(wb, pool, ["a", "b"], name="p", user="ada", owner_id=people.admin.user_id)
+    opened = _as(sessions, "viewer", handlers["label_tab:_wire_labelling.on_project"], project["id"], None, None)
+    assert "needs an editor" in opened[1]
+    with wb.db.session() as session:
+        assert not [i for i in session.scalars(select(LabelItem)) if i.claimed_by]
+    opened = _as(sessions, "editor_own", handlers["label_tab:_wire_labelling.on_project"], project["id"], None, None)
+    with wb.db.session() as session:
+        assert [i.claimed_by for i in session.scalars(select(LabelItem)) if i.claimed_by] == ["ed"]
 
 
 def _as(sessions, party, fn, *args):

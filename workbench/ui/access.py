@@ -315,6 +315,13 @@ def _require_change(wb, actor: Optional[Actor], rule: Rule, arguments: Arguments
     access.require(actor, CHANGE, owner, what=what)
 
 
+def may_create() -> bool:
+    """Whether the handler call in progress may make work (True outside a handler call: what to show, never an
+    authorization, which ``authorize`` did already)."""
+    actor = _acting.get()
+    return actor is None or access.allows(actor, CREATE)
+
+
 def allows(action: str, owner: Optional[int] = None) -> bool:
     """For greying out a button: whether the actor of the call in progress may do ``action``."""
     return access.allows(_acting.get(), action, owner)

@@ -24,6 +24,7 @@ after that minute one line with the count of those not logged.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -98,10 +99,14 @@ def guard(fn: Callable, refusals: Optional[RefusalLog] = None, authorize: Option
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
+        def call() -> Any:
             if authorize is not None:
                 authorize(fn, args, kwargs)
             return fn(*args, **kwargs)
+
+        try:
+            # In a context of its own: who the call acts as (set by ``authorize``) ends with the call.
+            return contextvars.copy_context().run(call)
         except gr.Error as exc:
             refusals.warning(log, HANDLER, "%s refused: %s", action, " ".join(str(exc.message).split()))
             exc.print_exception = False

@@ -221,6 +221,10 @@ def open_project(wb, project_id: Any, user: str, claimant: Optional[str] = None)
     if pid is None:
         return (None, *item_values(None, None), *key_updates(None))
     view = {**view_of(labelling.get_project(wb, pid)), "claimant": claimant or None}
+    if not access.may_create():  # a viewer looks at the project: no item is claimed in their name
+        shown = ("<div id='label-item' data-item=''><p class='wb-muted'>You can look at this project; labelling "
+                 "it needs an editor's role.</p></div>")
+        return (view, shown, *item_values(view, None)[1:], *key_updates(view))
     item = labelling.next_item(wb, pid, user, claimant=view["claimant"])
     return (view, *item_values(view, item), *key_updates(view))
 
