@@ -316,6 +316,14 @@ def test_without_accounts_everything_is_local(wb):
     assert access.acting() is None  # nothing outlives a call
 
 
+def test_without_accounts_a_handler_without_a_rule_still_runs(wb, monkeypatch):
+    from workbench.ui.app import build_ui
+
+    handlers = {access.handler_key(f.fn): f.fn for f in build_ui(wb).fns.values() if f.fn is not None}
+    monkeypatch.delitem(access.RULES, "data_tab:_wire_stored.on_ask")
+    assert handlers["data_tab:_wire_stored.on_ask"]("")[2].startswith("✘ Pick a dataset first")
+
+
 def test_a_viewer_opens_a_labelling_project_without_claiming_an_item(page):
     from storage.models import LabelItem
 
