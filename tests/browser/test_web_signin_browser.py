@@ -43,8 +43,10 @@ def test_a_viewer_and_an_admin_in_the_browser(tmp_path, browser):
         page.locator("#wb-signed-in").get_by_text("Signed in as vic (viewer)").wait_for(timeout=30_000)
         assert page.get_by_role("tab", name="Account").count() == 1
         assert page.get_by_role("tab", name="Admin").count() == 0
-        opacity = page.evaluate("() => getComputedStyle(document.querySelector('#data-import')).opacity")
-        assert float(opacity) < 0.5
+        # greyed out (the button's own transition eases the opacity in)
+        page.wait_for_function("() => parseFloat(getComputedStyle(document.querySelector('#data-import')).opacity)"
+                               " < 0.5 && getComputedStyle(document.querySelector('#data-import')).pointerEvents"
+                               " === 'none'", timeout=10_000)
         page.locator("#wb-sign-out").click()
         page.locator("input[type=password]").wait_for(timeout=30_000)
         context.close()

@@ -51,11 +51,6 @@ def arg(name: str, index: Optional[int] = None) -> Callable[[Arguments], Any]:
     return value
 
 
-def view_project(name: str) -> Callable[[Arguments], Any]:
-    """The project id a labelling view (``gr.State`` dict) holds."""
-    return lambda arguments: (arguments.get(name) or {}).get("id") if isinstance(arguments.get(name), dict) else None
-
-
 def model_arg(name: str, index: Optional[int] = None) -> Callable[[Any, Arguments], list]:
     return lambda wb, arguments: [arg(name, index)(arguments)]
 
