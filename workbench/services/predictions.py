@@ -368,7 +368,7 @@ def submit_evaluation(wb: Workbench, run_id: int, data: str | Path, *, input_for
     except WorkbenchError:
         _forget_test_set(wb, dataset, created)
         raise
-    return _queue_evaluation(wb, run_id, dataset, priority)
+    return _queue_evaluation(wb, run_id, dataset, priority, owner_id)
 
 
 def check_not_trained_on(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary) -> None:
@@ -392,7 +392,8 @@ def existing_evaluation(wb: Workbench, run_id: int, dataset_id: str) -> Optional
             Run.status.in_((SUCCEEDED, QUEUED, *ACTIVE))).order_by(Run.id.desc()).limit(1))
 
 
-def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int) -> int:
+def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.DatasetSummary, priority: int,
+                      owner_id: Optional[int] = None) -> int:
     with wb.db.session() as session:
         run = model_run(session, run_id)
         task, model = run.task, run.model
@@ -414,7 +415,7 @@ def _queue_evaluation(wb: Workbench, run_id: int, dataset: datasets_service.Data
 
 
 def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, priority: int = 0,
-                  files: bool = True) -> list[int]:
+                  files: bool = True, owner_id: Optional[int] = None) -> list[int]:
     """One evaluation job per run on one test set (``files=False``: a stored dataset only, see
     ``resolve_test_set``). Every run is checked before any job is queued, so a wrong pick queues nothing;
     a run already evaluated there keeps its evaluation (its id is in the list, nothing is queued for it)."""
@@ -425,7 +426,7 @@ def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, pr
         tasks = {model_run(session, run_id).task for run_id in ids}
     if len(tasks) > 1:
         raise ConfigError(f"the runs are of different tasks ({', '.join(sorted(tasks))}); one test set fits one task")
-    dataset, created = _test_set(wb, data, tasks.pop(), files=files)
+    dataset, created = _test_set(wb, data, tasks.pop(), files=files, owner_id=owner_id)
     try:
         for run_id in ids:
             check_not_trained_on(wb, run_id, dataset)
@@ -433,7 +434,7 @@ def evaluate_runs(wb: Workbench, run_ids: Sequence[int], data: str | Path, *, pr
     except WorkbenchError:
         _forget_test_set(wb, dataset, created)
         raise
-    return [_queue_evaluation(wb, run_id, dataset, priority) for run_id in ids]
+    return [_queue_evaluation(wb, run_id, dataset, priority, owner_id) for run_id in ids]
 
 
 def _iso(value: Optional[dt.datetime]) -> Optional[str]:
