@@ -33,7 +33,15 @@ def run_spec(wb, who: Actor, raw: dict[str, Any]):
     """The RunSpec of a ``train --config`` mapping, built by the CLI's own builder. Files on the server (as
     ``data.train_path``) and a model that is a server folder are an admin's; others name an uploaded dataset."""
     from workbench.commands.train import build_spec
+    from workbench.services.specs import check_run_mapping
 
+    check_run_mapping(raw)  # typos and types first, as for a --config file
+    if not raw.get("task"):
+        raise ConfigError('the run spec has no "task": text-classification, token-classification, '
+                          'question-answering or masked-lm')
+    if not raw.get("data"):
+        raise ConfigError('the run spec has no "data": upload the file to /api/v1/datasets and give '
+                          '{"data": {"dataset_id": "<its id>"}}')
     data = raw.get("data")
     if isinstance(data, dict) and any(data.get(key) for key in ("train_path", "validation_path", "predict_path")):
         require(who, SERVER_FOLDER, what="data.train_path and data.validation_path name files on the server; "

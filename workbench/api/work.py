@@ -22,7 +22,12 @@ def sweep_spec(wb, who: Actor, raw: dict[str, Any]):
     """The SweepSpec of a ``sweep --config`` mapping, built by the CLI's own builder (the same rules as a run
     spec for files and folders on the server, for the base and every model the space searches)."""
     from workbench.commands.sweep import build_sweep_spec
+    from workbench.services.specs import check_sweep_mapping
 
+    check_sweep_mapping(raw)  # typos and types first, as for a --config file
+    if not isinstance(raw.get("base"), dict) or not raw["base"].get("data"):
+        raise ConfigError('the sweep spec has no "base" with "data": upload the file to /api/v1/datasets and give '
+                          '{"base": {"task": ..., "data": {"dataset_id": "<its id>"}}}')
     base = raw.get("base") if isinstance(raw.get("base"), dict) else {}
     data = base.get("data")
     if isinstance(data, dict) and any(data.get(key) for key in ("train_path", "validation_path", "predict_path")):
