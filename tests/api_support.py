@@ -152,7 +152,7 @@ def actor_headers(wb, team, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {tokens[who]}"}
     person = {"viewer": team.viewer, "editor_own": team.editor, "editor_other": team.editor,
               "admin": team.admin}[who]
-    return {"Cookie": f"wb_session={accounts.start_session(wb, person)}"}
+    return {"Cookie": f"workbench_session={accounts.start_session(wb, person)}"}
 
 
 # What a token's use touches even on a refused call (its use is logged, at most once a minute a token).

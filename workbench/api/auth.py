@@ -1,7 +1,7 @@
 """Who a REST request acts as, and the checks every route makes before it reads its body or changes anything.
 
 A request carries ``Authorization: Bearer <API token>`` (a script) or the web app's session cookie
-(``wb_session``: a signed-in browser, which is how the docs page reads the OpenAPI document). With no account in
+(``workbench_session``: a signed-in browser, which is how the docs page reads the OpenAPI document). With no account in
 the database every request acts as ``LOCAL``, the single-user workbench's admin.
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from workbench.services.access import CHANGE, SERVER_FOLDER, Actor, SignInRequir
 
 log = logging.getLogger(__name__)
 
-SESSION_COOKIE = "wb_session"
+# The web app's session cookie (workbench.ui.access.SESSION_COOKIE); the name first agreed for it is read too.
+SESSION_COOKIES = ("workbench_session", "wb_session")
 
 
 def bearer_token(request: Request) -> Optional[str]:
@@ -38,7 +39,8 @@ def actor_of(wb: Workbench, request: Request) -> Optional[Actor]:
                                  "user lists tokens with `workbench tokens list`; create one with "
                                  "`workbench tokens create`)")
         return actor
-    return accounts.resolve(wb, session=request.cookies.get(SESSION_COOKIE) or None, address=address)
+    session = next((request.cookies[name] for name in SESSION_COOKIES if request.cookies.get(name)), None)
+    return accounts.resolve(wb, session=session, address=address)
 
 
 def check(wb: Workbench, request: Request, action: str) -> Actor:

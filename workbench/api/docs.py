@@ -27,7 +27,7 @@ def openapi_document(api: Api) -> dict[str, Any]:
     components.setdefault("schemas", {})["Error"] = schemas.ERROR
     components["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer", "description": "an API token (wbt_...)"},
-        "session": {"type": "apiKey", "in": "cookie", "name": "wb_session",
+        "session": {"type": "apiKey", "in": "cookie", "name": "workbench_session",
                     "description": "the session of a browser signed in to the workbench"}}
     document["security"] = [{"bearer": []}, {"session": []}]
     return document
