@@ -100,3 +100,35 @@ def test_an_editor_names_no_file_or_folder_on_the_server(wb, tmp_path):
     admin = TestClient(api_app(wb), headers={"Authorization": "Bearer " + accounts.create_token(
         wb, "ada", "admin script", "write", by=team.admin)["token"]})
     assert admin.post("/api/v1/runs", json={**spec, "model": "fake:succeed"}).status_code == 201
+
+
+def test_lists_and_pages_name_the_owner(wb):
+    team = make_team(wb)
+    world = World(wb, team)
+    mine, theirs = world.run("own"), world.run("other")
+    client = TestClient(api_app(wb), headers={"Authorization": f"Bearer {team.read_token}"})
+    owners = {row["id"]: row["owner"] for row in client.get("/api/v1/runs").json()}
+    assert owners[mine] == "ed" and owners[theirs] == "olga"
+    assert client.get(f"/api/v1/runs/{theirs}").json()["owner"] == "olga"
+    assert client.get(f"/api/v1/datasets/{world.base_dataset}").json()["owner"] == "ed"
+    slug = world.playground("other")
+    assert [p["owner"] for p in client.get("/api/v1/playgrounds").json() if p["slug"] == slug] == ["olga"]
+    project = world.project("own")
+    assert client.get(f"/api/v1/label-projects/{project}").json()["project"]["owner"] == "ed"
+
+
+def test_bodies_are_bounded_and_forms_checked(wb):
+    team = make_team(wb)
+    client = TestClient(api_app(wb), headers={"Authorization": f"Bearer {team.write_token}"})
+    large = client.post("/api/v1/runs", content=b"{" + b" " * 70_000 + b"}",
+                        headers={"Content-Type": "application/json"})
+    assert large.status_code == 413, large.text
+    not_a_form = client.post("/api/v1/datasets", json={"task": "text-classification"})
+    assert not_a_form.status_code == 415 and "multipart/form-data" in not_a_form.json()["error"]
+    no_file = client.post("/api/v1/datasets", files={"other": ("x.csv", b"a")}, data={"task": "text-classification"})
+    assert no_file.status_code == 422 and "'file'" in no_file.json()["error"]
+    no_task = client.post("/api/v1/datasets", files={"file": ("x.csv", csv_text().encode())})
+    assert no_task.status_code == 422 and "'task'" in no_task.json()["error"]
+    listed = client.get("/api/v1/runs?limit=many")
+    assert listed.status_code == 422 and "limit" in listed.json()["error"]
+    assert not list(wb.settings.home.glob(".api-upload-*")), "an upload's temporary folder was left behind"

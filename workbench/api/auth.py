@@ -89,3 +89,22 @@ def record(wb: Workbench, request: Request, actor: Actor, action: str, target_ki
     """One row in the activity log for a change (or a download) that succeeded."""
     accounts.record(wb, actor, action, target_kind, None if target_id is None else str(target_id), detail,
                     address=request.client.host if request.client else "")
+
+
+def with_owners(wb: Workbench, kind: str, rows: list[dict], key: str = "id") -> list[dict]:
+    """``rows`` with ``owner``: the name of the user who owns each (None for work made before accounts), read in
+    one query."""
+    from sqlalchemy import select
+
+    model = accounts.OWNED[kind]
+    column = getattr(model, key)  # the id, or a playground's slug
+    ids = [row[key] for row in rows if row.get(key) is not None]
+    if not ids:
+        return rows
+    with wb.db.session() as session:
+        owned = dict(session.execute(select(column, model.owner_id).where(column.in_(ids))).all())
+    names = accounts.owner_names(wb) if any(owned.values()) else {}
+    for row in rows:
+        owner = owned.get(row.get(key))
+        row["owner"] = names.get(owner) if owner is not None else None
+    return rows

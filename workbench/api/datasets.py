@@ -29,7 +29,7 @@ def add_routes(api: Api) -> None:
     @api.route("GET", "/datasets", "read", summary="List datasets, newest first", tag="datasets")
     async def list_datasets(request: Request, task: str | None = None) -> JSONResponse:
         rows = await run_in_threadpool(service.list_datasets, wb, task)
-        return JSONResponse([row.to_dict() for row in rows])
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "dataset", [r.to_dict() for r in rows]))
 
     @api.route("POST", "/datasets/validate", "create", summary="Validate an uploaded file without storing it",
                tag="datasets", body=schemas.form_body({**UPLOAD_FIELDS, "max_length": schemas.INTEGER},
@@ -70,7 +70,7 @@ def add_routes(api: Api) -> None:
                tag="datasets")
     async def show(request: Request, dataset: str) -> JSONResponse:
         summary = await run_in_threadpool(service.get_dataset, wb, dataset)
-        return JSONResponse(summary.to_dict())
+        return JSONResponse((await run_in_threadpool(auth.with_owners, wb, "dataset", [summary.to_dict()]))[0])
 
     @api.route("DELETE", "/datasets/{dataset}", "change", owned="dataset", summary="Delete a dataset",
                tag="datasets")

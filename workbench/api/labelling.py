@@ -35,15 +35,17 @@ def add_routes(api: Api) -> None:
 
     @api.route("GET", "/label-projects", "read", summary="List labelling projects", tag="labelling")
     async def list_projects(request: Request) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(service.list_projects, wb))
+        rows = await run_in_threadpool(service.list_projects, wb)
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "label_project", rows))
 
     @api.route("GET", "/label-projects/{project_id}", "read", summary="A labelling project's progress",
                tag="labelling")
     async def show(request: Request, project_id: str) -> JSONResponse:
         number = whole_number(project_id, "project id")
         status = await run_in_threadpool(service.project_status, wb, number)
-        return JSONResponse({"project": await run_in_threadpool(service.get_project, wb, number),
-                             "status": status})
+        project = await run_in_threadpool(service.get_project, wb, number)
+        project = (await run_in_threadpool(auth.with_owners, wb, "label_project", [project]))[0]
+        return JSONResponse({"project": project, "status": status})
 
     @api.route("POST", "/label-projects", "create", summary="Create a labelling project from an uploaded file",
                tag="labelling", status_code=201,

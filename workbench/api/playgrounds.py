@@ -24,7 +24,8 @@ def add_routes(api: Api) -> None:
                tag="playgrounds")
     async def list_playgrounds(request: Request, all: str = "false") -> JSONResponse:
         rows = await run_in_threadpool(service.list_playgrounds, wb, all.lower() in ("true", "1", "yes"))
-        return JSONResponse([row.to_dict() for row in rows])
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "playground", [r.to_dict() for r in rows],
+                                                    "slug"))
 
     @api.route("POST", "/playgrounds", "create", summary="Publish a succeeded run as a playground", tag="playgrounds",
                status_code=201, body=schemas.json_body(schemas.PUBLISH_REQUEST, "the run to publish",

@@ -73,7 +73,7 @@ def add_routes(api: Api) -> None:
             service.list_runs, wb, status=status, search=search, order_by=order_by, limit=count,
             offset=whole_number(offset, "offset"), kind=kind,
             sweep_id=None if sweep_id is None else whole_number(sweep_id, "sweep_id"))
-        return JSONResponse(rows)
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "run", rows))
 
     @api.route("POST", "/runs", "create", summary="Queue a training run from a run spec", tag="runs",
                status_code=201, body=schemas.json_body(schemas.RUN_SPEC, "a run spec", schemas.RUN_EXAMPLE))
@@ -93,7 +93,8 @@ def add_routes(api: Api) -> None:
 
     @api.route("GET", "/runs/{run_id}", "read", summary="Show a run or job", tag="runs")
     async def show(request: Request, run_id: str) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(service.get_run, wb, whole_number(run_id, "run id")))
+        record = await run_in_threadpool(service.get_run, wb, whole_number(run_id, "run id"))
+        return JSONResponse((await run_in_threadpool(auth.with_owners, wb, "run", [record]))[0])
 
     @api.route("GET", "/runs/{run_id}/metrics", "read", summary="A run's final metrics and status", tag="runs")
     async def metrics(request: Request, run_id: str) -> JSONResponse:
@@ -195,11 +196,12 @@ def add_routes(api: Api) -> None:
         rows = await run_in_threadpool(
             predictions.list_jobs, wb, None if run_id is None else whole_number(run_id, "run_id"), kind,
             min(whole_number(limit, "limit"), MAX_LIST))
-        return JSONResponse(rows)
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "run", rows))
 
     @api.route("GET", "/jobs/{job_id}", "read", summary="A prediction or evaluation job's status", tag="jobs")
     async def job(request: Request, job_id: str) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(predictions.get_job, wb, whole_number(job_id, "job id")))
+        record = await run_in_threadpool(predictions.get_job, wb, whole_number(job_id, "job id"))
+        return JSONResponse((await run_in_threadpool(auth.with_owners, wb, "run", [record]))[0])
 
     @api.route("GET", "/jobs/{job_id}/output", "read", summary="Download a finished job's output (the "
                "predictions file first; ?name= picks another)", tag="jobs",

@@ -48,7 +48,8 @@ def add_routes(api: Api) -> None:
 
     @api.route("GET", "/sweeps", "read", summary="List sweeps, newest first", tag="sweeps")
     async def list_sweeps(request: Request) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(sweeps.list_sweeps, wb))
+        rows = await run_in_threadpool(sweeps.list_sweeps, wb)
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "sweep", rows))
 
     @api.route("POST", "/sweeps", "create", summary="Start a sweep from a sweep spec", tag="sweeps",
                status_code=201, body=schemas.json_body(schemas.SWEEP_SPEC, "a sweep spec"))
@@ -67,7 +68,8 @@ def add_routes(api: Api) -> None:
     @api.route("GET", "/sweeps/{sweep_id}", "read", summary="Show a sweep: state, best trial, every trial",
                tag="sweeps")
     async def show_sweep(request: Request, sweep_id: str) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(sweeps.get_sweep, wb, whole_number(sweep_id, "sweep id")))
+        record = await run_in_threadpool(sweeps.get_sweep, wb, whole_number(sweep_id, "sweep id"))
+        return JSONResponse((await run_in_threadpool(auth.with_owners, wb, "sweep", [record]))[0])
 
     @api.route("POST", "/sweeps/{sweep_id}/cancel", "change", owned="sweep", summary="Cancel a sweep",
                tag="sweeps")
@@ -84,7 +86,8 @@ def add_routes(api: Api) -> None:
 
     @api.route("GET", "/audits", "read", summary="List audits, newest first", tag="audits")
     async def list_audits(request: Request, dataset: str | None = None) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(audits.list_audits, wb, dataset))
+        rows = await run_in_threadpool(audits.list_audits, wb, dataset)
+        return JSONResponse(await run_in_threadpool(auth.with_owners, wb, "audit", rows))
 
     @api.route("POST", "/audits", "create", summary="Audit a dataset's labels (k fold runs)", tag="audits",
                status_code=201, body=schemas.json_body(schemas.AUDIT_REQUEST, "what to audit and how",
@@ -110,7 +113,8 @@ def add_routes(api: Api) -> None:
 
     @api.route("GET", "/audits/{audit_id}", "read", summary="Show an audit: state, folds, ranking", tag="audits")
     async def show_audit(request: Request, audit_id: str) -> JSONResponse:
-        return JSONResponse(await run_in_threadpool(audits.get_audit, wb, whole_number(audit_id, "audit id")))
+        record = await run_in_threadpool(audits.get_audit, wb, whole_number(audit_id, "audit id"))
+        return JSONResponse((await run_in_threadpool(auth.with_owners, wb, "audit", [record]))[0])
 
     @api.route("POST", "/audits/{audit_id}/cancel", "change", owned="audit", summary="Cancel an audit's folds",
                tag="audits")
