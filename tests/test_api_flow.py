@@ -28,7 +28,7 @@ def test_docs_example_uses_only_httpx():
     assert imports <= {"os", "time", "pathlib", "httpx"}, imports
 
 
-def test_whole_flow_through_the_api(wb, tmp_path, monkeypatch):
+def test_whole_flow_through_the_api(wb, tmp_path, monkeypatch, caplog):
     from fastapi import FastAPI
 
     from workbench.api import mount_api
@@ -36,6 +36,7 @@ def test_whole_flow_through_the_api(wb, tmp_path, monkeypatch):
     from workbench.services import accounts
     from workbench.services.workers import start_embedded_worker
 
+    caplog.set_level("INFO")
     team = make_team(wb)
     token = accounts.create_token(wb, "ada", "flow script", "write", by=team.admin)["token"]
     model = tiny_bert(tmp_path / "tiny-bert")  # a folder on the server: an admin's token may name it
@@ -74,3 +75,4 @@ def test_whole_flow_through_the_api(wb, tmp_path, monkeypatch):
                          ("token_use", "token")):
         assert (action, kind, "flow script") in done, (action, kind, sorted(done))
     assert token not in str(accounts.list_activity(wb))
+    assert token not in caplog.text and scope["playground"]["token"] not in caplog.text
