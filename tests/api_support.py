@@ -133,6 +133,14 @@ class World:
         owner = self.owner(whose)
         return labelling.create_project(self.wb, path, "pos,neg", user=owner.name, owner_id=owner.user_id)["id"]
 
+    def labelled_project(self, whose: str) -> int:
+        """A project of ``whose`` with two labels given (enough to train from)."""
+        project, user = self.project(whose), self.owner(whose).name
+        for label in ("pos", "neg"):
+            item = labelling.next_item(self.wb, project, user)
+            labelling.give_label(self.wb, project, item["item_id"], label, user)
+        return project
+
     def claimed_item(self, whose: str, claimant: Optional[str]) -> tuple[int, int]:
         """A project of ``whose`` and an item claimed by ``claimant`` (as the API's next would)."""
         project = self.project(whose)

@@ -86,6 +86,10 @@ ROWS = [
     ("POST", "/api/v1/label-projects/{project_id}/items/{item_id}/label", CREATE_200, lambda w, o, a: {
         "url": "/api/v1/label-projects/{}/items/{}/label".format(*w.claimed_item(o, claimant(w, a))),
         "json": {"label": "pos"}}),
+    ("GET", "/api/v1/label-projects/{project_id}/export", READ, lambda w, o, a: {
+        "url": f"/api/v1/label-projects/{w.shared('project')}/export?format=jsonl"}),
+    ("POST", "/api/v1/label-projects/{project_id}/train", CREATE, lambda w, o, a: {
+        "url": f"/api/v1/label-projects/{w.labelled_project(o)}/train"}),
     ("GET", "/api/v1/openapi.json", READ, lambda w, o, a: {"url": "/api/v1/openapi.json"}),
     ("GET", "/api/v1/docs", READ, lambda w, o, a: {"url": "/api/v1/docs"}),
     ("*", "/api/v1/{rest:path}", " ".join(["404"] * 9), lambda w, o, a: {"url": "/api/v1/no-such-thing"}),

@@ -1,15 +1,21 @@
 """``/api/v1/label-projects``: list, show, create a labelling project from an uploaded file, claim the next item
-and label it (``workbench.services.labelling``, as the Label tab and ``workbench label`` do). Labels carry the
+and label it, export the labels, train a run from them (``workbench.services.labelling``, as the Label tab and ``workbench label`` do). Labels carry the
 actor's name; an item is claimed by (and labelled through) that name."""
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from workbench.api import auth, schemas
 from workbench.api.bodies import json_object, only_keys, upload
 from workbench.api.routing import Api, actor, whole_number
+from workbench.errors import ConfigError
 from workbench.services import labelling as service
 from workbench.services.access import Actor
 
@@ -82,3 +88,37 @@ def add_routes(api: Api) -> None:
         result = await run_in_threadpool(lambda: service.give_label(wb, number, item, body.get("label"), _user(who),
                                                                     claimant=_claimant(who)))
         return JSONResponse(result)
+
+    @api.route("GET", "/label-projects/{project_id}/export", "read", summary="Download every item with its label "
+               "(?format=csv or jsonl)", tag="labelling",
+               responses={200: {"description": "the file", "content": {"text/csv": {"schema": schemas.FILE}}}})
+    async def export(request: Request, project_id: str, format: str = "csv") -> FileResponse:
+        who, number = actor(request), whole_number(project_id, "project id")
+        if format not in service.EXPORT_FORMATS:
+            raise ConfigError(f"unknown export format {format!r}; choose {' or '.join(service.EXPORT_FORMATS)}")
+        folder = Path(tempfile.mkdtemp(prefix=".api-export-", dir=wb.settings.home))
+
+        def work() -> Path:
+            path = service.export_labels(wb, number, folder / f"project-{number}-labels.{format}", format)
+            auth.record(wb, request, who, "export", "label_project", number, {"format": format})
+            return path
+
+        try:
+            path = await run_in_threadpool(work)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return FileResponse(path, filename=path.name, media_type="text/csv" if format == "csv" else
+                            "application/x-ndjson", background=BackgroundTask(shutil.rmtree, folder, True))
+
+    @api.route("POST", "/label-projects/{project_id}/train", "create", summary="Train a run on the labels given "
+               "so far (stored as a dataset version)", tag="labelling", status_code=201)
+    async def train(request: Request, project_id: str) -> JSONResponse:
+        who, number = actor(request), whole_number(project_id, "project id")
+
+        def work() -> int:
+            run_id = service.train_from_labels(wb, number, _user(who), owner_id=auth.owner_id(who))
+            auth.record(wb, request, who, "create", "run", run_id, {"label_project": number})
+            return run_id
+
+        return JSONResponse({"id": await run_in_threadpool(work), "status": "queued"}, status_code=201)
