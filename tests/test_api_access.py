@@ -1,6 +1,7 @@
 """The REST API's access matrix (issue 43): every route × every kind of caller, the expected status as data, one
 row per route; a route of the app without a row fails. Refused calls (401, 403) carry a malformed body, which
-they must never get to read, and leave every table as it was."""
+they must never get to read, and leave every table as it was; a call that succeeds writes its one activity row
+(RECORDS), by user and token name, and no other call writes any."""
 from __future__ import annotations
 
 import pytest
@@ -96,6 +97,31 @@ ROWS = [
 ]
 
 
+# What a call that succeeds writes in the activity log (action, target kind); every other route writes nothing.
+RECORDS = {
+    ("POST", "/api/v1/datasets"): ("create", "dataset"), ("DELETE", "/api/v1/datasets/{dataset}"): ("delete", "dataset"),
+    ("POST", "/api/v1/runs"): ("create", "run"), ("POST", "/api/v1/runs/{run_id}/cancel"): ("cancel", "run"),
+    ("DELETE", "/api/v1/runs/{run_id}"): ("delete", "run"), ("GET", "/api/v1/runs/{run_id}/model"): ("download", "run"),
+    ("POST", "/api/v1/runs/{run_id}/predictions"): ("create", "run"),
+    ("POST", "/api/v1/runs/{run_id}/evaluations"): ("create", "run"),
+    ("GET", "/api/v1/jobs/{job_id}/output"): ("download", "run"), ("POST", "/api/v1/sweeps"): ("create", "sweep"),
+    ("POST", "/api/v1/sweeps/{sweep_id}/cancel"): ("cancel", "sweep"), ("POST", "/api/v1/audits"): ("create", "audit"),
+    ("POST", "/api/v1/audits/{audit_id}/cancel"): ("cancel", "audit"),
+    ("POST", "/api/v1/playgrounds"): ("publish", "playground"),
+    ("DELETE", "/api/v1/playgrounds/{slug}"): ("unpublish", "playground"),
+    ("POST", "/api/v1/label-projects"): ("create", "label_project"),
+    ("GET", "/api/v1/label-projects/{project_id}/export"): ("export", "label_project"),
+    ("POST", "/api/v1/label-projects/{project_id}/train"): ("create", "run"),
+}
+
+
+def _logged(wb) -> list[tuple]:
+    from workbench.services import accounts
+
+    return [(row["user"], row["token"], row["action"], row["target_kind"]) for row in accounts.list_activity(
+        wb, limit=10_000) if row["action"] != "token_use"]
+
+
 @pytest.fixture(scope="module")
 def module_wb(tmp_path_factory):
     """One workbench for the whole matrix (its team and world are made once; each call that changes something
@@ -160,8 +186,17 @@ def test_route_matrix(module_wb, world, method, path, expected, call):
         else:
             request = {**request, "headers": headers}
         before = dump(wb) if refused else None
+        logged = _logged(wb)
         response = client.request("GET" if method == "*" else method, **request)
         got[who] = response.status_code
+        after = _logged(wb)
+        new = after[: len(after) - len(logged)]  # newest first
+        if response.status_code < 300 and (method, path) in RECORDS:
+            user = {"viewer": "vic", "admin": "ada"}.get(who, "ed")
+            token = {"read_token": "notebook", "write_token": "ci"}.get(who)
+            assert new == [(user, token, *RECORDS[(method, path)])], (who, new)
+        else:
+            assert new == [], (who, new)
         if response.status_code >= 400:
             assert set(response.json()) <= {"error", "status", "problems"} and response.json()["error"], response.text
         if refused:
