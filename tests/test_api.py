@@ -132,3 +132,16 @@ def test_bodies_are_bounded_and_forms_checked(wb):
     listed = client.get("/api/v1/runs?limit=many")
     assert listed.status_code == 422 and "limit" in listed.json()["error"]
     assert not list(wb.settings.home.glob(".api-upload-*")), "an upload's temporary folder was left behind"
+
+
+def test_an_evaluation_already_made_is_reused(wb):
+    team = make_team(wb)
+    world = World(wb, team)
+    client = TestClient(api_app(wb), headers={"Authorization": f"Bearer {team.write_token}"})
+    test_set = {"files": {"file": ("test.csv", csv_text(6, extra="held out").encode())}}
+    first = client.post(f"/api/v1/runs/{world.shared_run}/evaluations", **test_set)
+    again = client.post(f"/api/v1/runs/{world.shared_run}/evaluations", **test_set)
+    assert (first.status_code, first.json()["reused"]) == (201, False), first.text
+    assert (again.status_code, again.json()) == (200, {**first.json(), "reused": True})
+    created = [row for row in accounts.list_activity(wb) if row["action"] == "create" and row["target_kind"] == "run"]
+    assert len(created) == 1

@@ -180,15 +180,18 @@ def add_routes(api: Api) -> None:
             if (path is None) == (dataset is None):
                 raise ConfigError("give the test set as a file (form field 'file') or as a stored dataset "
                                   "(form field 'dataset'), one of the two")
+            newest = await run_in_threadpool(lambda: service.list_runs(wb, order_by="-id", limit=1))
             job_id = await run_in_threadpool(lambda: predictions.submit_evaluation(
                 wb, number, path if path is not None else dataset, input_format=form.text("input_format"),
                 columns=_columns(form.text("text_column"), form.text("text_pair_column")),
                 files=path is not None, owner_id=auth.owner_id(who)))
-        await run_in_threadpool(auth.record, wb, request, who, "create", "run", job_id,
-                                {"kind": "evaluate", "run_id": number})
-        return JSONResponse({"id": job_id, "status": (await run_in_threadpool(predictions.get_job, wb,
-                                                                              job_id))["status"]},
-                            status_code=201)
+        # The run's evaluation on the same test set, when it has one, is the answer: nothing new is queued.
+        reused = bool(newest) and job_id <= newest[0]["id"]
+        if not reused:
+            await run_in_threadpool(auth.record, wb, request, who, "create", "run", job_id,
+                                    {"kind": "evaluate", "run_id": number})
+        status = (await run_in_threadpool(predictions.get_job, wb, job_id))["status"]
+        return JSONResponse({"id": job_id, "status": status, "reused": reused}, status_code=200 if reused else 201)
 
     @api.route("GET", "/jobs", "read", summary="List prediction and evaluation jobs", tag="jobs")
     async def list_jobs(request: Request, run_id: Optional[str] = None, kind: Optional[str] = None,
