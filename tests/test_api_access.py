@@ -165,6 +165,13 @@ def test_every_route_has_a_row(wb):
     assert declared - rows == set(), f"routes without a row in ROWS (deny by default): {sorted(declared - rows)}"
     assert rows - declared == set(), f"rows for routes the API does not have: {sorted(rows - declared)}"
     assert len(ROWS) == len(rows)
+    from workbench.api import build_api
+
+    api = build_api(wb)  # and every route was declared with its rule (a route added around api.route has none)
+    assert set(api.rules) == rows
+    assert {rule.action for rule in api.rules.values()} <= {"read", "create", "change", "public"}
+    assert [key for key, rule in api.rules.items() if rule.action == "public"] == [("*", "/api/v1/{rest:path}")]
+    assert all(rule.owned for rule in api.rules.values() if rule.action == "change")
 
 
 MALFORMED = {"content": b"{this is not json", "headers": {"Content-Type": "application/json"}}
