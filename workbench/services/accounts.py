@@ -203,9 +203,12 @@ def authenticate(wb: Workbench, name: str, password: str, *, address: str = "") 
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             ok = False
         if not ok:
-            record_in(session, None, "sign_in_failed", "user", name or None,
-                      {"reason": "disabled" if user is not None and user.disabled else "wrong name or password"},
-                      address, user_name=name)
+            # an unknown name is not kept: a password typed into the name box would otherwise be in the log
+            known = user is not None
+            record_in(session, None, "sign_in_failed", "user", name if known else None,
+                      {"reason": "disabled" if known and user.disabled else
+                       "wrong password" if known else "unknown user name"}, address,
+                      user_name=name if known else "")
             return None
         if hasher.check_needs_rehash(user.password_hash):
             user.password_hash = hasher.hash(password)
