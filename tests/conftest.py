@@ -110,7 +110,8 @@ SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tes
               "tests/browser/test_playground_browser.py", "tests/test_run_compare.py",
               "tests/browser/test_export_browser.py", "tests/test_export.py", "tests/test_export_queue.py",
               "tests/test_onnx_serving.py", "tests/browser/test_label_browser.py", "tests/test_labelling_jobs.py",
-              "tests/test_labelling_service.py")
+              "tests/test_labelling_service.py", "tests/test_tracking.py", "tests/test_api_flow.py",
+              "tests/test_web_signin.py", "tests/test_ui_access.py", "tests/test_chunking.py")
 
 
 def pytest_collection_modifyitems(config, items):
