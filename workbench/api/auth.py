@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from fastapi import Request
 
@@ -56,6 +56,16 @@ def require_owner(wb: Workbench, actor: Actor, kind: str, target_id: Any, what: 
     """Refuse ``CHANGE`` of ``kind`` ``target_id`` (NotFound when it does not exist) unless ``actor`` owns it or
     is an admin."""
     access.require(actor, CHANGE, owner_id=accounts.owner_of(wb, kind, str(target_id)), what=what)
+
+
+def change_owned(wb: Workbench, request: Any, actor: Actor, kind: str, target_id: Any, action: str,
+                 change: Callable[[], Any]) -> Any:
+    """``change()``'s answer once ``actor`` may change ``kind`` ``target_id`` (``require_owner``), with ``action``
+    recorded in the activity log after it succeeded."""
+    require_owner(wb, actor, kind, target_id, f"{kind} {target_id}")
+    answer = change()
+    record(wb, request, actor, action, kind, target_id)
+    return answer
 
 
 def names_server_folder(model: Any) -> bool:

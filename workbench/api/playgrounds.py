@@ -61,10 +61,5 @@ def add_routes(api: Api) -> None:
     async def unpublish(request: Request, slug: str) -> JSONResponse:
         who = actor(request)
 
-        def work():
-            auth.require_owner(wb, who, "playground", slug, f"playground {slug}")
-            info = service.unpublish(wb, slug)
-            auth.record(wb, request, who, "unpublish", "playground", slug)
-            return info.to_dict()
-
-        return JSONResponse(await run_in_threadpool(work))
+        return JSONResponse(await run_in_threadpool(auth.change_owned, wb, request, who, "playground", slug,
+                                                    "unpublish", lambda: service.unpublish(wb, slug).to_dict()))

@@ -118,26 +118,21 @@ def add_routes(api: Api) -> None:
     async def cancel(request: Request, run_id: str) -> JSONResponse:
         who, number = actor(request), whole_number(run_id, "run id")
 
-        def work():
-            auth.require_owner(wb, who, "run", number, f"run {number}")
-            status = service.cancel_run(wb, number)
-            auth.record(wb, request, who, "cancel", "run", number)
-            return {"id": number, "status": status}
-
-        return JSONResponse(await run_in_threadpool(work))
+        return JSONResponse(await run_in_threadpool(
+            auth.change_owned, wb, request, who, "run", number, "cancel",
+            lambda: {"id": number, "status": service.cancel_run(wb, number)}))
 
     @api.route("DELETE", "/runs/{run_id}", "change", owned="run", summary="Delete a finished run or job",
                tag="runs")
     async def delete(request: Request, run_id: str) -> JSONResponse:
         who, number = actor(request), whole_number(run_id, "run id")
 
-        def work():
-            auth.require_owner(wb, who, "run", number, f"run {number}")
+        def delete() -> dict:
             service.delete_run(wb, number)
-            auth.record(wb, request, who, "delete", "run", number)
             return {"deleted": number}
 
-        return JSONResponse(await run_in_threadpool(work))
+        return JSONResponse(await run_in_threadpool(auth.change_owned, wb, request, who, "run", number, "delete",
+                                                    delete))
 
     @api.route("GET", "/runs/{run_id}/model", "read", summary="Download a run's model as a zip", tag="runs",
                responses={200: {"description": "the zip", "content": {"application/zip": {"schema": schemas.FILE}}}})

@@ -76,13 +76,9 @@ def add_routes(api: Api) -> None:
     async def cancel_sweep(request: Request, sweep_id: str) -> JSONResponse:
         who, number = actor(request), whole_number(sweep_id, "sweep id")
 
-        def work():
-            auth.require_owner(wb, who, "sweep", number, f"sweep {number}")
-            status = sweeps.cancel_sweep(wb, number)
-            auth.record(wb, request, who, "cancel", "sweep", number)
-            return {"id": number, "status": status}
-
-        return JSONResponse(await run_in_threadpool(work))
+        return JSONResponse(await run_in_threadpool(
+            auth.change_owned, wb, request, who, "sweep", number, "cancel",
+            lambda: {"id": number, "status": sweeps.cancel_sweep(wb, number)}))
 
     @api.route("GET", "/audits", "read", summary="List audits, newest first", tag="audits")
     async def list_audits(request: Request, dataset: str | None = None) -> JSONResponse:
@@ -121,10 +117,5 @@ def add_routes(api: Api) -> None:
     async def cancel_audit(request: Request, audit_id: str) -> JSONResponse:
         who, number = actor(request), whole_number(audit_id, "audit id")
 
-        def work():
-            auth.require_owner(wb, who, "audit", number, f"audit {number}")
-            found = audits.cancel_audit(wb, number)
-            auth.record(wb, request, who, "cancel", "audit", number)
-            return found
-
-        return JSONResponse(await run_in_threadpool(work))
+        return JSONResponse(await run_in_threadpool(auth.change_owned, wb, request, who, "audit", number, "cancel",
+                                                    lambda: audits.cancel_audit(wb, number)))
