@@ -202,3 +202,16 @@ def test_the_data_check_and_the_train_form_say_what_chunking_will_do():
             in token_length_caption(stats))
     assert long_share(stats, 128) == 0.51  # measured at this length
     assert long_share(stats, 256) == pytest.approx(0.25)  # from the histogram: half of the second bin
+
+
+def test_the_train_form_sets_how_long_texts_are_read_and_clone_and_edit_keeps_it():
+    from workbench.ui import train_tab
+
+    def spec(task: str, chunking: str):
+        return train_tab.spec_from_form(task, "d1", "all-MiniLM-L6-v2", "standard", "", {}, chunking=chunking)
+
+    assert spec("text-classification", "attention").train.chunking == "attention"
+    assert spec("text-classification", "").train.chunking == "auto"
+    assert spec("token-classification", "attention").train.chunking == "auto"  # not offered: the task's default
+    cloned = train_tab.form_from_spec(spec("text-classification", "off").to_dict())
+    assert cloned["chunking"] == "off" and train_tab.form_from_spec({"train": {}})["chunking"] == "auto"

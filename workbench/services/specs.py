@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from jobs.specs.files import load_json, load_run_spec_file, load_sweep_spec_file, load_yaml
 from jobs.specs.hyperparameters import METHODS, MIN_STEPS, QUICK_MAX_EXAMPLES, steps_and_epochs
-from jobs.specs.run import (DEFAULT_MODEL, HEADLINE_METRICS, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec,
+from jobs.specs.run import (CHUNKING_CHOICES, DEFAULT_MODEL, HEADLINE_METRICS, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec,
                             check_run_mapping)
 from jobs.specs.sweep import PRUNERS, SweepSpec, check_sweep_mapping, default_space, format_params, parse_param
 from jobs.sweeps.driver import trial_name
 
-__all__ = ["DEFAULT_MODEL", "HEADLINE_METRICS", "METHODS", "MIN_STEPS", "PRUNERS", "QUICK_MAX_EXAMPLES", "TASKS", "DataSpec", "LoraSpec",
+__all__ = ["CHUNKING_CHOICES", "DEFAULT_MODEL", "HEADLINE_METRICS", "METHODS", "MIN_STEPS", "PRUNERS", "QUICK_MAX_EXAMPLES", "TASKS", "DataSpec", "LoraSpec",
            "RunSpec", "SweepSpec", "TrainSpec", "check_run_mapping", "check_sweep_mapping", "default_space", "format_params", "load_json", "load_run_spec_file",
            "load_sweep_spec_file", "load_yaml", "parse_param", "steps_and_epochs", "trial_name"]

@@ -52,11 +52,13 @@ INT_KEYS = {"batch_size", "max_length", "max_steps", "eval_steps", "gradient_acc
 
 def spec_from_form(task: str, dataset_id: str | None, model: str, preset: str, name: str,
                    advanced: dict[str, Any], class_weights: bool = False, objective: str = "mlm",
-                   lora: Optional[dict[str, Any]] = None, dataset_name: str = "", method: str = "auto") -> RunSpec:
+                   lora: Optional[dict[str, Any]] = None, dataset_name: str = "", method: str = "auto",
+                   chunking: str = "auto") -> RunSpec:
     """The run spec for the form's values; zeros in automatic fields become ``None`` (engine defaults)."""
     train: dict[str, Any] = {"preset": preset or "standard", "class_weights": bool(class_weights)}
     if task == "text-classification":
         train["method"] = method or "auto"
+        train["chunking"] = chunking or "auto"
     for key, value in advanced.items():
         if value is None or value == "":
             continue
@@ -94,7 +96,8 @@ def form_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {"task": spec.get("task"), "dataset_id": (spec.get("data") or {}).get("dataset_id"),
             "model": spec.get("model"), "preset": train.get("preset", "standard"), "name": spec.get("name", ""),
             "advanced": advanced, "class_weights": bool(train.get("class_weights")),
-            "objective": train.get("objective", "mlm"), "method": train.get("method", "auto"), "lora": lora}
+            "objective": train.get("objective", "mlm"), "method": train.get("method", "auto"),
+            "chunking": train.get("chunking", "auto"), "lora": lora}
 
 
 def dataset_choices(wb, task: str) -> list[tuple[str, str]]:
@@ -216,7 +219,7 @@ def cloned_spec(spec: dict[str, Any], source_id: int | None = None) -> RunSpec:
     form = form_from_spec(spec)
     return spec_from_form(form["task"], form["dataset_id"], form["model"], form["preset"],
                           clone_name(form["name"], source_id), form["advanced"], form["class_weights"],
-                          form["objective"], form["lora"], method=form["method"])
+                          form["objective"], form["lora"], method=form["method"], chunking=form["chunking"])
 
 
 def clone_panels(wb, spec: dict[str, Any], source_id: int | None = None) -> tuple[str, str, str]:
@@ -252,7 +255,8 @@ class TrainTab:
                 gr.update(choices=dataset_choices(wb, form["task"]), value=form["dataset_id"]),
                 form["model"], form["preset"], clone_name(form["name"], source_id),
                 *[form["advanced"][key] for key, _, _ in ADVANCED],
-                form["class_weights"], form["objective"], form["method"], bool(lora.get("enabled")), lora.get("r", 8),
+                form["class_weights"], form["objective"], form["method"], form["chunking"], bool(lora.get("enabled")),
+                lora.get("r", 8),
                 lora.get("alpha", 16), lora.get("dropout", 0.1)]
 
     @property
@@ -295,6 +299,12 @@ def build(wb) -> TrainTab:
                     method = gr.Radio(list(specs.METHODS), value="auto", elem_id="train-method",
                                       label="Method (text classification)",
                                       info="auto: SetFit below 25 examples per class, else fine-tuning")
+                    chunking = gr.Radio(list(specs.CHUNKING_CHOICES), value="auto", elem_id="train-chunking",
+                                        label="Long texts (text classification)",
+                                        info="auto: read in overlapping windows, their scores averaged (mean), "
+                                             "when a fifth of the training texts is longer than the max length; "
+                                             "off: cut at the max length; mean / max / attention: always windows, "
+                                             "pooled so (the run's facts say what auto chose)")
             with gr.Accordion("LoRA (train small adapters instead of the whole model)", open=False):
                 with gr.Row():
                     lora_on = gr.Checkbox(False, label="Use LoRA", elem_id="train-lora")
@@ -309,15 +319,16 @@ def build(wb) -> TrainTab:
     submitted_id = gr.Number(visible=False, precision=0)
     clone_of = gr.Number(None, visible=False, precision=0)  # set by "Clone and edit": recorded as the parent
 
-    fields = [task, dataset, model, preset, name, *advanced, class_weights, objective, method, lora_on, lora_r,
-              lora_alpha, lora_dropout]
+    fields = [task, dataset, model, preset, name, *advanced, class_weights, objective, method, chunking, lora_on,
+              lora_r, lora_alpha, lora_dropout]
 
     def current_spec(task_, dataset_, model_, preset_, name_, *rest) -> RunSpec:
         values = list(rest)
         adv = dict(zip([k for k, _, _ in ADVANCED], values[: len(ADVANCED)]))
-        cw, obj, method_, l_on, l_r, l_a, l_d = values[len(ADVANCED):]
+        cw, obj, method_, chunking_, l_on, l_r, l_a, l_d = values[len(ADVANCED):]
         return spec_from_form(task_, dataset_, model_, preset_, name_, adv, cw, obj,
-                              {"enabled": l_on, "r": l_r, "alpha": l_a, "dropout": l_d}, method=method_)
+                              {"enabled": l_on, "r": l_r, "alpha": l_a, "dropout": l_d}, method=method_,
+                              chunking=chunking_)
 
     def preview(*values):
         try:
@@ -331,7 +342,7 @@ def build(wb) -> TrainTab:
         return gr.update(choices=choices, value=preselected(choices, current))
 
     task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
-    task.change(lambda t: gr.update(visible=t == "text-classification"), [task], [method])
+    task.change(lambda t: [gr.update(visible=t == "text-classification")] * 2, [task], [method, chunking])
 
     def on_facts(*values):
         try:
@@ -359,7 +370,7 @@ def build(wb) -> TrainTab:
     refresh.click(on_task, [task, dataset], [dataset])
     for field in fields:
         field.change(preview, fields, [spec_view])
-    for field in (model, task, dataset, preset, method, lora_on, *advanced):
+    for field in (model, task, dataset, preset, method, chunking, lora_on, *advanced):
         field.change(on_facts, fields, [facts])
     submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
     gr.Timer(OUTLOOK_SECONDS).tick(lambda: queue_outlook(wb), None, [outlook], show_progress="hidden")
