@@ -24,9 +24,13 @@ from tests.access_support import team
 from workbench.services import accounts
 from workbench.ui import access
 
-PARTIES = ("anonymous", "viewer", "editor_own", "editor_other", "admin")
-ANSWERS = {"R": (False, True, True, True, True), "C": (False, False, True, True, True),
-           "O": (False, False, True, False, True), "A": (False, False, False, False, True)}
+# The page takes sessions: an API token (any of the editor's, valid or not) sent to it as a Bearer header makes
+# its caller no one, refused as anonymous (tokens are for the REST API, docs/api.md)
+TOKEN_PARTIES = ("read_token", "write_token", "revoked_token", "expired_token")
+PARTIES = ("anonymous", "viewer", "editor_own", "editor_other", "admin", *TOKEN_PARTIES)
+_NO_TOKEN = (False,) * len(TOKEN_PARTIES)
+ANSWERS = {"R": (False, True, True, True, True, *_NO_TOKEN), "C": (False, False, True, True, True, *_NO_TOKEN),
+           "O": (False, False, True, False, True, *_NO_TOKEN), "A": (False, False, False, False, True, *_NO_TOKEN)}
 
 EXPECTED = {
     "account_tab:build_admin.on_activity": "A",
@@ -152,8 +156,10 @@ def page(tmp_path_factory):
     owned = {"editor_own": _work(wb, people.editor.user_id, "ed"),
              "editor_other": _work(wb, people.other_editor.user_id, "olga")}
     sessions = {"anonymous": None, "viewer": accounts.start_session(wb, people.viewer),
-                "editor_own": accounts.start_session(wb, people.editor), "admin": accounts.start_session(wb, people.admin)}
+                "editor_own": accounts.start_session(wb, people.editor),
+                "admin": accounts.start_session(wb, people.admin)}
     sessions["editor_other"] = sessions["editor_own"]
+    sessions.update({party: ("bearer", getattr(people, party)) for party in TOKEN_PARTIES})
     owned["admin"] = owned["editor_other"]  # an admin changes someone else's work
     handlers = {}
     for block_fn in build_ui(wb).fns.values():
@@ -199,7 +205,10 @@ def call_args(fn, target: dict) -> tuple:
 
 
 def as_party(session_value):
-    """The request Gradio hands a handler, carrying the party's session cookie (none: anonymous)."""
+    """The request Gradio hands a handler, carrying the party's session cookie (none: anonymous), or for a token
+    party, no cookie and its token as ``Authorization: Bearer``."""
+    if isinstance(session_value, tuple):
+        return LocalContext.request.set(gr.Request(cookies={}, headers={"authorization": f"Bearer {session_value[1]}"}))
     cookies = {access.SESSION_COOKIE: session_value} if session_value else {}
     return LocalContext.request.set(gr.Request(cookies=cookies))
 
@@ -257,7 +266,7 @@ def test_matrix(page, key, party, caplog):
     finally:
         LocalContext.request.reset(token)
     message = str(refused.value.message)
-    expected = "sign in first" if party == "anonymous" else (
+    expected = "sign in first" if party in ("anonymous", *TOKEN_PARTIES) else (
         "belongs to someone else" if code == "O" and party == "editor_other" else " can ")
     assert expected in message, message
     lines = [r for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()]
