@@ -403,3 +403,33 @@ def test_a_creator_records_the_owner_and_the_activity(page):
         assert session.get(Run, run_id) is None
     entry = accounts.list_activity(wb, action="delete", target_kind="run")[0]
     assert (entry["user"], entry["target_id"]) == ("ed", str(run_id))
+
+
+def test_an_editor_sees_the_changing_buttons_grey_on_someone_elses_run(page):
+    from workbench.services.access import CHANGE, CREATE, READ
+    from workbench.ui import runs_tab
+
+    wb, people, sessions, owned, handlers = page
+    needs = [CHANGE, READ, CREATE]
+
+    def seen(actor, run_id):
+        return contextvars.copy_context().run(lambda: (access._keep(actor), runs_tab.usable(wb, run_id, needs))[1])
+
+    with wb.db.session() as session:  # runs of this test's own: others of the module may have deleted theirs
+        made = [Run(name=f"grey {who}", task="text-classification", model="m", spec={"model": "m"}, status="failed",
+                    owner_id=who) for who in (people.editor.user_id, people.other_editor.user_id)]
+        session.add_all(made)
+        session.flush()
+        mine, theirs = (run.id for run in made)
+    assert seen(people.editor, mine) == [True, True, True]
+    assert seen(people.editor, theirs) == [False, True, True]
+    assert seen(people.viewer, mine) == [False, True, False]
+    assert seen(people.admin, theirs) == [True, True, True]
+    assert seen(people.admin, None) == seen(people.admin, 10**9) == [False, False, False]
+    # the page's own selection handler: Cancel (first) grey, Clone and edit (third) usable, for the editor
+    token = as_party(sessions["editor_own"])
+    try:
+        updates = handlers["runs_tab:_wire_selection.on_selection"](theirs)
+    finally:
+        LocalContext.request.reset(token)
+    assert [u["interactive"] for u in updates[:3]] == [False, False, True]

@@ -19,7 +19,9 @@ import pandas as pd
 
 from storage.models import CANCELLING, QUEUED, RUNNING
 from workbench.errors import WorkbenchError
+from workbench.services import accounts
 from workbench.services import runs as runs_service
+from workbench.services.access import CHANGE, CREATE, READ
 from workbench.services import tracking as tracking_service
 from workbench.ui import format as fmt
 from workbench.ui import access, export_panel, plots, polling, predict_panel
@@ -592,6 +594,12 @@ class _Actions:
         return [self.cancel, self.retry, self.clone, self.continue_button, self.delete, self.download, self.publish,
                 self.repeat]
 
+    @property
+    def needs(self) -> list[str]:
+        """What each of ``buttons`` asks of the selected run (its rule in ``workbench.ui.access.RULES``): a button
+        whoever is looking may not use stays greyed out (the server refuses the call anyway)."""
+        return [CHANGE, CHANGE, READ, CREATE, CHANGE, READ, CHANGE, CREATE]
+
 
 def _build_actions(can_publish: bool) -> _Actions:
     with gr.Row():
@@ -742,11 +750,11 @@ def build(wb) -> RunsTab:
     shown_key = gr.State("")
     timer = gr.Timer(POLL_SECONDS)
 
-    run_buttons = actions.buttons
+    run_buttons, needs = actions.buttons, actions.needs
     if details.share is not None:
-        run_buttons += [details.share.publish, details.share.hub_push]
+        run_buttons, needs = run_buttons + [details.share.publish, details.share.hub_push], needs + [CHANGE, CHANGE]
     row_click = _wire_listing(wb, listing, actions.run_id, details.outputs, shown_key, timer)
-    _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons)
+    _wire_selection(wb, actions.run_id, details.outputs, shown_key, run_buttons, needs)
     opens = [row_click, *_wire_actions(wb, actions)]
     actions.run_id.change(lambda rid: errors_intro(run_kind(wb, rid)), [actions.run_id], [details.errors_note],
                           show_progress="hidden")
@@ -792,16 +800,29 @@ def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list
     return listing.table.select(on_row, [listing.table], [run_id])
 
 
-def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.State, run_buttons: list) -> None:
-    """A new selection shows its details at once and enables the buttons that need a run."""
+def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.State, run_buttons: list,
+                    needs: list[str]) -> None:
+    """A new selection shows its details at once and enables the buttons that need a run, those that the person
+    looking may use on it: an editor's cancel, retry, delete and publish stay grey on someone else's run."""
     run_id.change(lambda rid: detail_values(wb, rid, ""), [run_id], [*detail_outputs, shown_key],
                   show_progress="hidden")
 
     def on_selection(rid):
-        chosen = selected_run(rid) is not None
-        return [gr.update(interactive=chosen) for _ in run_buttons]
+        return [gr.update(interactive=enabled) for enabled in usable(wb, selected_run(rid), needs)]
 
     run_id.change(on_selection, [run_id], run_buttons, show_progress="hidden")
+
+
+def usable(wb, run_id: Optional[int], needs: list[str]) -> list[bool]:
+    """For each of ``needs``, whether the caller of the handler in progress may do it to run ``run_id`` (all False
+    without a run, or for one that no longer exists)."""
+    if run_id is None:
+        return [False] * len(needs)
+    try:
+        owner = accounts.owner_of(wb, "run", run_id)
+    except WorkbenchError:
+        return [False] * len(needs)
+    return [access.allows(need, owner) for need in needs]
 
 
 def _act(action, rid, *args):
