@@ -5,8 +5,9 @@ STAMP  := $(VENV)/.installed
 # CPU wheel on this machine; on a CUDA machine use `make run TORCH=torch` (PyPI's Linux wheel is a CUDA build).
 TORCH  ?= torch==2.13.0
 # Two test processes (the CI machine has 2 cores), each running whole test files, the slow ones handed out
-# first (tests/conftest.py). `make test PYTEST_ARGS=tests/test_queue.py::test_x` runs only that, in one process.
-PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
+# first (tests/conftest.py); the 25 slowest tests are listed at the end, to keep the suite inside its budget.
+# `make test PYTEST_ARGS=tests/test_queue.py::test_x` runs only that, in one process.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: run test install clean
 
