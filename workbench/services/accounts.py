@@ -232,12 +232,17 @@ def start_session(wb: Workbench, actor: Actor, *, address: str = "") -> str:
     return raw
 
 
+def _held_by(session, model, raw: str):
+    """(the ``WebSession`` or ``ApiToken`` row whose hash is ``raw``'s, its user), or None."""
+    return session.execute(select(model, User).join(User, User.id == model.user_id)
+                           .where(model.token_hash == _digest(raw))).first()
+
+
 def actor_for_session(wb: Workbench, raw: Optional[str]) -> Optional[Actor]:
     if not raw or len(raw) > 200:
         return None
     with wb.db.session() as session:
-        row = session.execute(select(WebSession, User).join(User, User.id == WebSession.user_id)
-                              .where(WebSession.token_hash == _digest(raw))).first()
+        row = _held_by(session, WebSession, raw)
         if row is None:
             return None
         web_session, user = row
@@ -251,8 +256,7 @@ def end_session(wb: Workbench, raw: Optional[str], *, address: str = "") -> None
     if not raw or len(raw) > 200:
         return
     with wb.db.session() as session:
-        row = session.execute(select(WebSession, User).join(User, User.id == WebSession.user_id)
-                              .where(WebSession.token_hash == _digest(raw))).first()
+        row = _held_by(session, WebSession, raw)
         if row is None:
             return
         session.delete(row[0])
@@ -330,8 +334,7 @@ def actor_for_token(wb: Workbench, raw: Optional[str], *, address: str = "") -> 
         return None
     now = utcnow()
     with wb.db.session() as session:
-        row = session.execute(select(ApiToken, User).join(User, User.id == ApiToken.user_id)
-                              .where(ApiToken.token_hash == _digest(raw))).first()
+        row = _held_by(session, ApiToken, raw)
         if row is None:
             return None
         token, user = row
