@@ -147,6 +147,37 @@ def test_a_one_window_document_scores_as_the_unchunked_model(tmp_path):
             assert one["scores"] == pytest.approx(two["scores"], abs=1e-6)
 
 
+def test_a_prediction_reads_long_documents_a_few_windows_at_a_time_with_the_same_scores(attention_run, monkeypatch):
+    """The windows of a batch's documents are split and held a group at a time (memory flat in the longest
+    documents met), each group about ``WINDOWS_PER_READ`` windows: the scores are those of reading all at once."""
+    from jobs.predict import infer
+
+    model_dir = attention_run[1] / "model"
+    rows = [{"text": " ".join([r["text"]] * k)} for k, r in zip((1, 3, 1, 5, 2, 1), last_sentence_documents(6, 3))]
+    predictor = infer.TorchPredictor(model_dir, "text-classification")
+    texts, window, stride = [r["text"] for r in rows], predictor.max_length, predictor.chunking.stride
+    counts = chunks.window_counts(predictor.tokenizer, texts, None, window, stride)
+    assert counts == chunks.split_windows(predictor.tokenizer, texts, None, window, stride, max_windows=10**9).kept
+    groups = chunks.window_groups(counts, 8)
+    assert [c for a, b in groups for c in counts[a:b]] == counts  # neighbours, in order, each once
+    for (a, b), (c, _) in zip(groups, groups[1:] + [(len(rows), None)]):
+        held = sum(counts[a:b])
+        assert held <= 8 or b - a == 1  # within the budget, or one document alone
+        assert c == len(rows) or held + counts[c] > 8  # and as full as the budget allows
+    assert len(groups) > 2
+    whole = predictor.predict(rows)
+    monkeypatch.setattr(infer, "WINDOWS_PER_READ", 8)
+    read = []
+    split = chunks.split_windows
+    monkeypatch.setattr(chunks, "split_windows", lambda tok, texts, *a, **k: read.append(len(texts)) or split(
+        tok, texts, *a, **k))
+    grouped = predictor.predict(rows)
+    assert read == [b - a for a, b in groups]
+    for one, two in zip(grouped, whole):
+        assert one["windows"] == two["windows"] and one["label"] == two["label"]
+        assert one["scores"] == pytest.approx(two["scores"], abs=1e-5)
+
+
 def test_onnx_parity_on_chunked_documents(attention_run, tmp_path):
     from jobs.export.onnx import export_fp32
     from jobs.export.runtime import OnnxModel, model_config

@@ -37,6 +37,9 @@ from storage.errors import ConfigError, TrainingError
 log = logging.getLogger(__name__)
 
 CPU_BATCH, GPU_BATCH = 64, 256
+# Windows of long documents split and held at once (``TorchPredictor._document_logits``); the forward passes over
+# them hold ``PASS_FLOATS`` activations whatever this is.
+WINDOWS_PER_READ = 256
 _MODEL_CLASSES = {TEXT: "AutoModelForSequenceClassification", TOKENS: "AutoModelForTokenClassification",
                   QA: "AutoModelForQuestionAnswering", MLM: "AutoModelForMaskedLM"}
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -229,9 +232,9 @@ class TorchPredictor:
     def _classify(self, rows: list[dict]) -> list[dict]:
         texts = [r["text"] for r in rows]
         pairs = [r.get("text_pair", "") for r in rows] if any("text_pair" in r for r in rows) else None
-        windows = None
+        kept = None
         if self.chunking is not None:
-            logits, windows = self._document_logits(texts, pairs)
+            logits, kept = self._document_logits(texts, pairs)
             truncated = [False] * len(rows)
         else:
             enc = self._encode(texts, pairs)
@@ -244,17 +247,30 @@ class TorchPredictor:
             # the decided class's probability; a multi-label row's highest one
             score = row_probs.max() if self.multi_label else row_probs[self.labels.index(label)]
             out.append({"label": label, "score": float(score), "scores": scores, "truncated": cut})
-            if windows is not None:
-                out[-1]["windows"] = windows.kept[index]
+            if kept is not None:
+                out[-1]["windows"] = kept[index]
         return out
 
-    def _document_logits(self, texts: list[str], pairs: Optional[list[str]]):
-        """Each document read in every one of its windows, the windows' logits pooled as the run was trained."""
-        windows = chunks.split_windows(self.tokenizer, texts, pairs, self.max_length, self.chunking.stride,
-                                       max_windows=10**9)
-        outputs = self._outputs(chunks.window_batch(self.tokenizer, windows), *chunks.outputs_of(self.chunking))
-        scores = outputs[1] if len(outputs) > 1 else None
-        return chunks.pooled(windows, self.chunking, outputs[0], scores), windows
+    def _document_logits(self, texts: list[str], pairs: Optional[list[str]]) -> tuple[np.ndarray, list[int]]:
+        """Each document read in every one of its windows, the windows' logits pooled as the run was trained; and
+        each document's number of windows.
+
+        The documents are split into windows a group at a time, each group about ``WINDOWS_PER_READ`` windows (a
+        longer document alone): a batch of the longest documents of a file would otherwise hold all their windows'
+        tokens at once, and the job's memory would grow with the longest documents it meets."""
+        logits: list[np.ndarray] = []
+        kept: list[int] = []
+        counts = chunks.window_counts(self.tokenizer, texts, pairs, self.max_length, self.chunking.stride)
+        for start, stop in chunks.window_groups(counts, WINDOWS_PER_READ):
+            windows = chunks.split_windows(self.tokenizer, texts[start:stop],
+                                           pairs[start:stop] if pairs is not None else None, self.max_length,
+                                           self.chunking.stride, max_windows=10**9)
+            outputs = self._outputs(chunks.window_batch(self.tokenizer, windows),
+                                    *chunks.outputs_of(self.chunking))
+            scores = outputs[1] if len(outputs) > 1 else None
+            logits.append(chunks.pooled(windows, self.chunking, outputs[0], scores))
+            kept += windows.kept
+        return np.concatenate(logits), kept
 
     # ------------------------------------------------------------ token classification
 

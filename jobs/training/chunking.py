@@ -110,6 +110,32 @@ def split_windows(tokenizer, texts: Sequence[str], pairs: Optional[Sequence[Opti
     return Windows(features, document, kept, dropped)
 
 
+def window_counts(tokenizer, texts: Sequence[str], pairs: Optional[Sequence[Optional[str]]], window: int,
+                  stride: int) -> list[int]:
+    """How many windows ``split_windows`` (same arguments, no cap) makes of each text, from the texts' lengths
+    (``window_count``); what a pair text takes from each window is left out, so a pair can need more."""
+    has_pairs = pairs is not None and any(p for p in pairs)
+    specials = tokenizer.num_special_tokens_to_add(pair=has_pairs)
+    stride = fit_stride(tokenizer, window, stride, has_pairs)
+    lengths = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False, truncation=False,
+                                             verbose=False)["input_ids"]]
+    return [window_count(n + specials, window, stride, specials) for n in lengths]
+
+
+def window_groups(counts: Sequence[int], budget: int) -> list[tuple[int, int]]:
+    """Documents of ``counts`` windows cut into runs of neighbours, as (start, stop), of at most ``budget``
+    windows each (a document of more makes a run alone)."""
+    groups, start, held = [], 0, 0
+    for index, count in enumerate(counts):
+        if index > start and held + count > budget:
+            groups.append((start, index))
+            start, held = index, 0
+        held += count
+    if len(counts) > start:
+        groups.append((start, len(counts)))
+    return groups
+
+
 def _fit_pairs(tokenizer, pairs: list[str], window: int, stride: int) -> list[str]:
     """Second texts cut so that each window keeps at least ``stride`` + 1 tokens of the first text."""
     room = window - tokenizer.num_special_tokens_to_add(pair=True) - stride - 1
