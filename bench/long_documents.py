@@ -26,6 +26,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -159,14 +160,34 @@ def row_predict(seed: int, documents: int) -> dict:
             for i in range(documents):
                 out.writerow([i, reviews[i % len(reviews)]])
         spec = PredictSpec(kind="predict", run_id=0, input_path=str(source), output_format="csv")
+        reporter, samples, done = RecordingReporter(), [], threading.Event()
+
+        def sample() -> None:  # (rows done, RSS now) every 0.2 s while the job runs
+            while not done.wait(0.2):
+                rows = reporter.steps[-1][0] if reporter.steps else 0
+                samples.append((rows, _rss_mb()))
+
+        sampler = threading.Thread(target=sample, daemon=True)
         started = time.perf_counter()
+        sampler.start()
         result = run_prediction(spec, ModelRef(0, "text-classification", str(model_dir), {"max_length": 128}),
-                                folder / "out", RecordingReporter(), device="cpu")
+                                folder / "out", reporter, device="cpu")
         seconds = time.perf_counter() - started
+        done.set()
+        sampler.join()
         with Path(result["output"]).open(encoding="utf-8", newline="") as handle:
             ids = [int(r["id"]) for r in csv.DictReader(handle)]
+    # the highest RSS in each quarter of the documents: flat in the number of documents if the quarters agree
+    quarters = [max((rss for rows, rss in samples if q * documents / 4 <= rows < (q + 1) * documents / 4),
+                    default=None) for q in range(4)]
     return {"documents": documents, "rows_out": len(ids), "in_order": ids == list(range(documents)),
-            "docs_per_second": round(documents / seconds, 2), "truncated": result["truncated"]}
+            "docs_per_second": round(documents / seconds, 2), "truncated": result["truncated"],
+            "rss_mb_by_quarter": [round(q, 1) if q is not None else None for q in quarters]}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def run_row(row: str, seed: int, preset: str) -> dict:

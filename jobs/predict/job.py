@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from jobs.predict import writer
+from jobs.predict.heap import fix_mmap_threshold
 from jobs.predict.inputs import TEXT, InputFile, InputRow, iter_rows, open_input
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled, Reporter
@@ -171,6 +172,7 @@ def run_prediction(spec: PredictSpec, model: ModelRef, output_dir: Path, reporte
     from jobs.predict.infer import load_predictor  # torch is imported only in the job's process
 
     source = open_input(spec, model.task)  # a bad file is refused before the model is loaded
+    fix_mmap_threshold()  # memory flat in the number of rows (jobs.predict.heap)
     predictor = load_predictor(model, device=device, runtime=spec.runtime)
     result = predict_file(spec, predictor, output_dir, reporter, source=source)
     result["device"] = predictor.device
