@@ -36,7 +36,10 @@ KEEP_COMPARED_IN_URL = keep_in_url("compare")
 KEEP_LABEL_PROJECT_IN_URL = keep_in_url("label")
 
 
-run_from_query = runs_tab.run_from_query
+def run_from_query(params) -> int | None:
+    """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
+    value = (params or {}).get("run", "")
+    return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
 
 
 def compared_from_query(wb: Workbench, params) -> list[int]:
