@@ -127,6 +127,30 @@ def test_every_event_that_opens_a_run_writes_it_into_the_address(page):
         assert writes, f"{fn.name} ({fn.targets}) opens a run but leaves the address as it was"
 
 
+def test_a_timer_tick_reads_no_server_state_that_a_queued_event_writes(page):
+    """A tick is sent straight (``queue=False``) and its answer can land in the page after a later queued event's:
+    a fingerprint of what a panel shows kept in a ``gr.State`` (on the server) would then name the queued event's
+    view while the page shows the tick's, and later ticks would send nothing (a reload under load left the run
+    header empty this way). Such keys live in the page (``polling.page_key``), written with what they describe."""
+    written = {o._id for f in page.fns.values() if f.queue for o in f.outputs if isinstance(o, gr.State)}
+    ticks = [f for f in page.fns.values() if not f.queue and f.targets and f.targets[0][1] == "tick"]
+    assert len(ticks) >= 3  # the runs table and details, a run's prediction jobs, its exports
+    for tick in ticks:
+        shared = [i for i in tick.inputs if isinstance(i, gr.State) and i._id in written]
+        assert not shared, f"{tick.name} reads server-side state that queued events write"
+
+
+def test_the_page_load_of_a_run_link_sends_that_run_s_details(wb, page):
+    """``?run=N``: the runs tab's own load event sends run N's header, not "no run" (see the tick test above)."""
+    run_id = runs_service.submit_run(wb, RunSpec(task="text-classification", model=DEFAULT_MODEL,
+                                                 data=DataSpec(train_path="train.jsonl")))
+    header = block(page, "run-header")
+    (load,) = [f for f in page.fns.values() if f.targets and f.targets[0][1] == "load" and header in f.outputs]
+    request = types.SimpleNamespace(query_params={"run": str(run_id)}, username=None)
+    values = load.fn(*[getattr(i, "value", None) for i in load.inputs], request=request)
+    assert f"#{run_id} " in values[load.outputs.index(header)]
+
+
 # -- 4. a reload reopens the dataset and its latest audit -----------------------------------------------------
 
 def test_a_reload_restores_the_dataset_and_opens_its_latest_audit(wb, tmp_path, page):

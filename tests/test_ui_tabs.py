@@ -132,6 +132,17 @@ def test_a_run_link_names_a_positive_run_id():
     assert [run_from_query(q) for q in ({}, None, {"run": ""}, {"run": "0"}, {"run": "-3"}, {"run": "x1"})] == [None] * 6
 
 
+def test_the_page_load_shows_a_linked_run_as_the_link_s_own_event_does(wb):
+    """A reload of ``?run=N``: the runs tab's load sends N's details (the link's other load event puts N in the
+    picker, whose change sends them too), whatever order they land in; a picked run wins over the link."""
+    first, linked = _runs(wb, 2)
+    loaded = runs_tab.load_values(wb, "all", "", "newest first", 1, None, {"run": str(linked)})
+    shown = runs_tab.detail_values(wb, linked, "")
+    assert f"#{linked} " in loaded[2] and loaded[2] == shown[0] and loaded[-1] == shown[-1]
+    assert f"#{first} " in runs_tab.load_values(wb, "all", "", "newest first", 1, first, {"run": str(linked)})[2]
+    assert runs_tab.load_values(wb, "all", "", "newest first", 1, None, {})[-1] == runs_tab.NO_RUN_KEY
+
+
 def test_model_facts_show_context_languages_and_licence_of_a_new_encoder(wb):
     spec = RunSpec(task="text-classification", model="mmBERT-small", data=DataSpec(train_path="train.jsonl"))
     facts = train_tab.model_facts(wb, spec)

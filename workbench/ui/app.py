@@ -36,10 +36,7 @@ KEEP_COMPARED_IN_URL = keep_in_url("compare")
 KEEP_LABEL_PROJECT_IN_URL = keep_in_url("label")
 
 
-def run_from_query(params) -> int | None:
-    """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
-    value = (params or {}).get("run", "")
-    return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
+run_from_query = runs_tab.run_from_query
 
 
 def compared_from_query(wb: Workbench, params) -> list[int]:

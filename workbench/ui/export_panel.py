@@ -17,7 +17,7 @@ import gradio as gr
 from workbench.errors import WorkbenchError
 from workbench.services import exports as export_service
 from workbench.services import runs as runs_service
-from workbench.ui import access
+from workbench.ui import access, polling
 from workbench.ui import format as fmt
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class ExportPanel:
     status: gr.Markdown
     state: gr.HTML
     table: gr.Dataframe
-    shown_key: gr.State
+    shown_key: gr.Textbox  # polling.page_key
 
     @property
     def values(self) -> list:
@@ -164,7 +164,8 @@ def build_panel() -> ExportPanel:
         state = gr.HTML(elem_id="run-export-state")
         table = gr.Dataframe(headers=EXPORT_HEADERS, interactive=False, label="Runtimes compared on the validation "
                              "split (PyTorch first)", elem_id="run-export-table")
-    return ExportPanel(note, int8, button, status, state, table, gr.State(""))
+        shown_key = polling.page_key("export-shown-key")
+    return ExportPanel(note, int8, button, status, state, table, shown_key)
 
 
 def on_run(wb, rid: Any) -> tuple:

@@ -12,6 +12,16 @@ POLL_SECONDS = 2.0  # while a run is queued or running, or the last tick changed
 MAX_POLL_SECONDS = 30.0  # an idle page still notices a run started elsewhere (the CLI, another tab) within this
 
 
+def page_key(elem_id: str) -> gr.Textbox:
+    """Where a polled panel keeps the fingerprint of what it shows (``content_key``): in the page, not in a
+    ``gr.State``. A State is kept on the server and written when a handler returns, while the page applies answers
+    in the order they arrive. A timer tick (``queue=False``: sent straight, not through the queue) computed for the
+    run selected before a click, and answered after the click's queued event, would leave the page showing the old
+    run under the new run's key on the server, and every later tick would find it unchanged. In the page, a key
+    always arrives with what it describes."""
+    return gr.Textbox("", visible="hidden", interactive=False, container=False, elem_id=elem_id)
+
+
 def next_interval(current: Any, changed: bool, active: bool, low: float = POLL_SECONDS) -> float:
     """The timer's next interval: ``low`` when something changed or is queued or running, else twice the
     current one, up to ``MAX_POLL_SECONDS``."""

@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.services import datasets as data_service
 from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
-from workbench.ui import access
+from workbench.ui import access, polling
 from workbench.ui import format as fmt
 from workbench.ui.uploads import received_file
 
@@ -281,7 +281,7 @@ class PredictPanel:
     jobs: gr.Dataframe
     pick: gr.Dropdown
     files: gr.File
-    shown_key: gr.State
+    shown_key: gr.Textbox  # polling.page_key
 
     @property
     def values(self) -> list:
@@ -338,7 +338,7 @@ def build_panel() -> PredictPanel:
         files = gr.File(label="Its output files", file_count="multiple", interactive=False,
                         elem_id="predict-download", scale=2)
     return PredictPanel(note, forms, *predict_parts, test_set, labelled, evaluate, evaluate_status, jobs, pick,
-                        files, gr.State(""))
+                        files, polling.page_key("predict-shown-key"))
 
 
 def on_run(wb, rid: Any) -> tuple:

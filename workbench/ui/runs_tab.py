@@ -408,6 +408,24 @@ def tick_values(wb, status: str, search: str, sort: str, page: int, rid: Any, la
     return (rows, caption, *detail_values(wb, rid, last_key))
 
 
+def load_values(wb, status: str, search: str, sort: str, page: int, rid: Any, params: dict[str, str]) -> tuple:
+    """What the page's load sends: ``tick_values`` for the selected run or, on a ``?run=N`` link, for run N.
+
+    Another load event (``app.open_links``) puts N in the run picker, and its change event sends N's details. Were
+    this one to send "no run" instead, the two would race: the details' key is kept on the server and the header in
+    the page, so "no run" shown last while N's key was stored last leaves the header empty and every tick finding
+    N unchanged (a reload under load showed it). Both send N now, in whichever order they land.
+    """
+    linked = run_from_query(params) if selected_run(rid) is None else None
+    return tick_values(wb, status, search, sort, page, linked or rid, "")
+
+
+def run_from_query(params) -> int | None:
+    """The run id of a ``?run=N`` link, or None when absent or not a positive whole number."""
+    value = (params or {}).get("run", "")
+    return int(value) if str(value).strip().isdigit() and int(value) > 0 else None
+
+
 def poll_values(wb, status: str, search: str, sort: str, page: int, rid: Any, last_key: str, rows_key: str,
                 interval: Any) -> tuple:
     """One timer tick: ``tick_values`` with the table sent only when it changed (``rows_key`` fingerprints what
@@ -747,7 +765,7 @@ def build(wb) -> RunsTab:
     can_publish = _playground_service() is not None
     actions = _build_actions(can_publish)
     details = _build_details(can_publish)
-    shown_key = gr.State("")
+    shown_key = polling.page_key("run-shown-key")
     timer = gr.Timer(POLL_SECONDS)
 
     run_buttons, needs = actions.buttons, actions.needs
@@ -763,8 +781,8 @@ def build(wb) -> RunsTab:
     if details.share is not None:
         _wire_share(wb, actions, details.tabs, details.share)
 
-    def on_load(status_, search_, sort_, page_, rid):
-        return tick_values(wb, status_, search_, sort_, page_, rid, "")
+    def on_load(status_, search_, sort_, page_, rid, request: gr.Request):
+        return load_values(wb, status_, search_, sort_, page_, rid, dict(request.query_params) if request else {})
 
     return RunsTab(run_id=actions.run_id, table=listing.table, clone=actions.clone,
                    load_outputs=[listing.table, listing.caption, *details.outputs, shown_key],
@@ -773,7 +791,7 @@ def build(wb) -> RunsTab:
                    run_buttons=run_buttons, opens=opens)
 
 
-def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list, shown_key: gr.State,
+def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list, shown_key: gr.Textbox,
                   timer: gr.Timer) -> Any:
     """Each tick reads the page and the selected run again; a filter reads the page; a row click selects its run
     (returns that event)."""
@@ -800,7 +818,7 @@ def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list
     return listing.table.select(on_row, [listing.table], [run_id])
 
 
-def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.State, run_buttons: list,
+def _wire_selection(wb, run_id: gr.Number, detail_outputs: list, shown_key: gr.Textbox, run_buttons: list,
                     needs: list[str]) -> None:
     """A new selection shows its details at once and enables the buttons that need a run, those that the person
     looking may use on it: an editor's cancel, retry, delete and publish stay grey on someone else's run."""
