@@ -140,6 +140,27 @@ def test_a_timer_tick_reads_no_server_state_that_a_queued_event_writes(page):
         assert not shared, f"{tick.name} reads server-side state that queued events write"
 
 
+def test_a_panel_recomputed_from_several_fields_is_one_listener(page):
+    """Clone-and-edit sets twenty fields at once, and each field's change used to send its own request to
+    recompute the spec panel from all the fields: the answers came back in any order under load, and the last
+    one could be computed before the name had arrived (the browser suite saw a cloned spec without its name).
+    One listener (``gr.on``) keeps one request in flight and sends its last trigger last."""
+    import inspect
+
+    changed_by: dict = {}
+    for f in page.fns.values():
+        if f.fn is None or not f.inputs or not any(event == "change" for _, event in f.targets):
+            continue
+        for out in f.outputs:
+            changed_by.setdefault((out._id, inspect.unwrap(f.fn).__code__), []).append(f)
+    spec = block(page, "train-spec")
+    (preview,) = [fns for (out, _), fns in changed_by.items() if out == spec._id]
+    assert len(preview[0].targets) >= 20 and preview[0].trigger_mode == "always_last"
+    for (out, code), fns in changed_by.items():
+        assert len(fns) == 1, (f"{code.co_name} recomputes {getattr(page.blocks[out], 'elem_id', out)} in "
+                               f"{len(fns)} listeners whose answers can land in any order")
+
+
 def test_the_page_load_of_a_run_link_sends_that_run_s_details(wb, page):
     """``?run=N``: the runs tab's own load event sends run N's header, not "no run" (see the tick test above)."""
     run_id = runs_service.submit_run(wb, RunSpec(task="text-classification", model=DEFAULT_MODEL,

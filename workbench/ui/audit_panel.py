@@ -501,8 +501,8 @@ def _wire_review(wb, selected_dataset: gr.Textbox, panel: gr.Accordion, start: _
         return start_estimate(wb, dataset_id, folds_, model_, preset_)
 
     settings = [selected_dataset, start.folds, start.model, start.preset]
-    for control in settings:
-        control.change(on_settings, settings, [start.estimate], show_progress="hidden")
+    gr.on([control.change for control in settings], on_settings, settings, [start.estimate],
+          show_progress="hidden", trigger_mode="always_last")
     return follow_dataset
 
 

@@ -807,9 +807,8 @@ def _wire_listing(wb, listing: _Listing, run_id: gr.Number, detail_outputs: list
     for control in [*listing.inputs, run_id]:
         control.change(lambda: gr.Timer(value=polling.POLL_SECONDS), None, [timer], show_progress="hidden",
                        queue=False)
-    for control in listing.inputs:
-        control.change(lambda *a: list_page(wb, *a), listing.inputs, [listing.table, listing.caption],
-                       show_progress="hidden")
+    gr.on([control.change for control in listing.inputs], lambda *a: list_page(wb, *a), listing.inputs,
+          [listing.table, listing.caption], show_progress="hidden", trigger_mode="always_last")
 
     def on_row(evt: gr.SelectData, rows):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index

@@ -248,8 +248,8 @@ def build_form(wb, base_spec: gr.components.Component, task: Optional[gr.compone
 
     defaults.click(default_space_for, [base_spec], [space])
     settings = [base_spec, n_trials, parallelism, pruner]
-    for control in settings:
-        control.change(lambda *values: sweep_estimate(wb, *values), settings, [estimate], show_progress="hidden")
+    gr.on([control.change for control in settings], lambda *values: sweep_estimate(wb, *values), settings,
+          [estimate], show_progress="hidden", trigger_mode="always_last")
     if task is not None:
         task.change(space_yaml, [task], [space])
     start_event = start.click(on_start, [base_spec, space, n_trials, parallelism, pruner, metric, direction, name],

@@ -368,10 +368,13 @@ def build(wb) -> TrainTab:
 
     task.change(on_task, [task, dataset], [dataset])
     refresh.click(on_task, [task, dataset], [dataset])
-    for field in fields:
-        field.change(preview, fields, [spec_view])
-    for field in (model, task, dataset, preset, method, chunking, lora_on, *advanced):
-        field.change(on_facts, fields, [facts])
+    # One listener per panel, not one per field: a clone sets every field at once, and one listener's
+    # requests go one at a time with its last trigger last, where twenty listeners' could be answered in
+    # any order and leave the panel computed from half-updated fields (the browser suite saw a cloned
+    # spec without its name).
+    gr.on([field.change for field in fields], preview, fields, [spec_view], trigger_mode="always_last")
+    gr.on([field.change for field in (model, task, dataset, preset, method, chunking, lora_on, *advanced)],
+          on_facts, fields, [facts], trigger_mode="always_last")
     submit_event = submit.click(on_submit, [clone_of, *fields], [submit_status, submitted_id])
     gr.Timer(OUTLOOK_SECONDS).tick(lambda: queue_outlook(wb), None, [outlook], show_progress="hidden")
     submit_event.then(lambda: queue_outlook(wb), None, [outlook], show_progress="hidden")
