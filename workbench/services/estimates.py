@@ -49,7 +49,14 @@ log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 10  # the most recent comparable runs taken into account
 MIN_SPREAD = 1.1  # the fit of three or more past runs that agree still leaves ±10 % (point / spread … × spread)
-ONE_RUN_SPREAD = 1.3  # one or two past runs say little about how much runs vary
+# One or two past runs set the point but say nothing of how much runs vary: until a third, the range stays
+# the rough guess's half to twice (bench/estimates.py: a run calibrated on two took 0.53x its point).
+ONE_RUN_SPREAD = 2.0
+# Until this many past runs recorded how far the load moved between submit and run, the range also holds
+# the load's slowdown halving or doubling: a shared machine's load can do either within minutes
+# (bench/estimates.py: 7.7 per CPU at a submit, 3.4 during the run, where three runs before had moved 0.8-1.2x).
+FEW_LOAD_CHANGES = 5
+LOAD_CHANGE_PRIOR = (0.5, 2.0)
 SPLIT_SPREAD = 1.5  # tokens per step must differ by half between past runs to tell fixed from per-token cost
 OWN_LOAD = 1.0  # a training run keeps every CPU busy (torch's threads default to the cores): 1 per CPU
 PRUNED_SHARE = 0.5  # a median pruner stops about half the trials: those below the median of the ones before
@@ -468,9 +475,12 @@ def _load_factors(wb: Workbench, kind: str, load: dict[str, float]) -> tuple[dic
     if changes:  # the load moves between submit and run as it did for the runs before: typically by their
         # median (the 1-minute average at a submit still holds the run that just ended), at most by their ends
         now = factor["now"]
+        ends = [min(changes), max(changes)]
+        if len(changes) < FEW_LOAD_CHANGES:  # too few to bound it: it may also halve or double
+            ends = [min(ends[0], LOAD_CHANGE_PRIOR[0]), max(ends[1], LOAD_CHANGE_PRIOR[1])]
         factor["now"] = now * statistics.median(changes)
-        factor["low"] = min(factor["low"], now * min(changes))
-        factor["high"] = max(factor["high"], now * max(changes))
+        factor["low"] = min(factor["low"], now * ends[0])
+        factor["high"] = max(factor["high"], now * ends[1])
     return factor, changes
 
 
@@ -484,6 +494,8 @@ def _load_words(load: dict[str, float], factor: dict[str, float], changes: list[
     if changes:
         words += (f"; the load moved {min(changes):.1f}–{max(changes):.1f}× between submit and run for the "
                   f"last {len(changes)} run{'s' if len(changes) != 1 else ''}")
+        if len(changes) < FEW_LOAD_CHANGES:
+            words += " (too few to bound it: the range lets it halve or double)"
     return words
 
 
