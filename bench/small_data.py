@@ -574,7 +574,7 @@ def main() -> None:
     if args.table:
         write_table(text)
         write_summary(summary(results))
-    plot(results)
+        plot(results)
 
 
 if __name__ == "__main__":
