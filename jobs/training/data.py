@@ -10,8 +10,8 @@ from storage.errors import TrainingError
 
 
 def split_validation(records: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
-    """The validation split when none was given: 10 % of the training records, raised on small data to 100 or a
-    quarter of them, whichever is fewer (``storage.datasets.split.validation_size``, the import's rule too)."""
+    """The validation split when none was given: 10 % of the training records, raised to 100 where that is at
+    most a quarter of them (``storage.datasets.split.validation_size``, the import's rule too)."""
     import random
 
     from storage.datasets.split import validation_size

@@ -44,7 +44,8 @@ class ReadOptions:
     columns: ColumnMapping | None = None
     validation_fraction: float = 0.1
     seed: int = 13
-    # the fewest validation examples a split holds out, up to a quarter of the data (storage.datasets.split)
+    # the fewest validation examples a split holds out where that is at most a quarter of the data
+    # (storage.datasets.split)
     min_validation: int = MIN_VALIDATION
     # A test set is scored as given: its repeated rows are kept (and counted), where training data drops them
     keep_duplicates: bool = False

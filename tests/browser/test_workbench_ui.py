@@ -436,10 +436,10 @@ def test_train_form_explains_presets_and_the_run_page_compares_estimate_and_actu
     choose(page, "train-model", str(model))
     wait_text(page, "#train-facts", "past run(s) of this model and task", timeout=60_000)
     facts = page.locator("#train-facts").inner_text()
-    # 45 training messages (60 less the validation split, a quarter of them): every preset reaches its floor of
+    # 54 training messages (60 less the validation split, a tenth of them): every preset reaches its floor of
     # optimiser steps, and the form says what the defaults chose and why
-    assert re.search(r"quick: \d+ epoch\(s\), \d+ steps on 45 training examples", facts), facts
-    assert "What the defaults chose: 45 examples" in facts and "evaluation(s)" in facts
+    assert re.search(r"quick: \d+ epoch\(s\), \d+ steps on 54 training examples", facts), facts
+    assert "What the defaults chose: 54 examples" in facts and "evaluation(s)" in facts
     assert "1 epoch on at most 2,000 examples" in page.locator("#train-preset").inner_text()
 
 
