@@ -147,6 +147,26 @@ def test_long_texts_cost_what_training_reads_of_them(wb):
     assert "read in overlapping windows of 128 tokens" in chunked["why"]
 
 
+def test_a_run_read_in_windows_is_calibrated_on_past_runs_read_in_windows(wb):
+    """bench/estimates.py: a run of long reviews priced on the steps of short-text runs was estimated at 48 s
+    and took 138 s; windows are padded to a whole window, and a batch to its longest document."""
+    lengths = {"mean": 560.0, "max_length": 128, "truncated_mean": 127.0,
+               "histogram": {"counts": [5, 20, 75], "edges": [100, 200, 500, 1000]}}
+    with wb.db.session() as session:
+        session.add(Dataset(id="emails", name="emails", task="text-classification", format="csv",
+                            content_hash="emails", path="/nowhere", num_train=2000, num_validation=500, labels={},
+                            stats={"token_stats": lengths}, warnings=[]))
+    _past_run(wb, "emails")  # read cut at 128 tokens: 40 examples a second
+    cut = estimates.estimate_run(wb, _spec("emails"))
+    _past_run(wb, "emails", chunking="mean", samples_per_second=2.0)  # read in windows: 2 a second
+    windows = estimates.estimate_run(wb, _spec("emails"))
+    # 6,000 examples seen at the windowed run's 2 a second, not priced from the cut run's tokens
+    assert windows["runs"] == 1 and windows["parts"]["train"] == pytest.approx(3000.0, rel=0.01)
+    assert cut["parts"]["train"] != pytest.approx(3000.0, rel=0.2)
+    # and a run cut at 128 tokens is still priced on the cut one alone
+    assert estimates.estimate_run(wb, _spec("emails", chunking="off"))["parts"]["train"] == pytest.approx(150.0, rel=0.01)
+
+
 def test_quick_is_estimated_on_the_examples_it_trains_on(wb):
     _past_run(wb, _dataset(wb, "old", 20.0))
     quick = estimates.estimate_run(wb, _spec(_dataset(wb, "big", 20.0, n_train=40_000), "quick"))

@@ -425,6 +425,12 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     load = load if load is not None else (current_load() or {})
     factor, changes = _load_factors(wb, kind, load)
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
+    # A run read in windows is calibrated on past runs read in windows where there are any, and the other way
+    # round: its documents' windows are padded to a whole window and a batch to its longest document, so its
+    # steps are not priced like short texts' per token (bench/estimates.py: a run of long reviews priced on
+    # two short-text runs and one of reviews was estimated at 48 s and took 138 s).
+    chunked = plan["hp"].get("chunking", "off") != "off"
+    history = [h for h in history if bool(h.get("chunking")) == chunked] or history
     if history:
         # the model-size heuristic's cost of one token, for when past runs cannot tell it
         per_token = info.parameters / catalogue.CPU_PARAM_TOKENS_PER_SECOND
