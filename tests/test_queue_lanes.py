@@ -136,3 +136,80 @@ def test_a_worker_without_a_lane_keeps_short_jobs_in_line(qwb):
     finally:
         worker.shutdown()
     assert _run(qwb, training).kind == KIND_TRAIN
+
+
+class _Held:
+    """A launched job that runs until the test sets its exit code."""
+
+    def __init__(self):
+        self.pid, self.code = os.getpid(), None
+
+    def poll(self):
+        return self.code
+
+    def kill(self):
+        self.code = -9
+
+
+class _RecordingRunner:
+    def __init__(self):
+        self.launched = {}
+
+    def launch(self, job, env):
+        self.launched[job.run_id] = (job, dict(env), _Held())
+        return self.launched[job.run_id][2]
+
+
+def test_a_lane_job_beside_a_cpu_training_run_takes_a_quarter_of_the_cores(qwb, tmp_path):
+    """bench/short_lane_share.py, 2 cores: with every core each, a prediction beside a training run left the
+    training 13 % of its speed; with the lane's one thread and the training's other, 65 %, and the prediction
+    its own one-thread speed."""
+    from jobs.progress import LANE_MARKER_ENV, lane_threads
+
+    model = trained_run(qwb)
+    runner = _RecordingRunner()
+    worker = Worker(qwb, runner, max_jobs=1, gpus=[])
+    alone = predictions.submit_prediction(qwb, model, reviews_csv(tmp_path / "a", rows=7))
+    worker.loop_once()
+    job, env, handle = runner.launched[alone]
+    assert job.threads is None  # nothing else runs: every core
+    assert env[LANE_MARKER_ENV] == str(worker.lane_marker) and worker.lane_marker.exists()
+    handle.code = 0
+    worker.loop_once()
+    assert not worker.lane_marker.exists()  # the lane is empty: training runs take every core again
+
+    training = runs.submit_run(qwb, fake_spec(qwb, "fake:succeed"))
+    worker.loop_once()
+    assert runner.launched[training][0].threads is None and not worker.lane_marker.exists()
+    beside = predictions.submit_prediction(qwb, model, reviews_csv(tmp_path / "b", rows=7))
+    worker.loop_once()
+    job, env, handle = runner.launched[beside]
+    assert job.threads == lane_threads() and worker.lane_marker.exists()
+    assert runner.launched[training][1][LANE_MARKER_ENV] == str(worker.lane_marker)
+    handle.code = 0
+    worker.loop_once()
+    assert not worker.lane_marker.exists()
+    runner.launched[training][2].code = 0
+    worker.loop_once()
+
+
+def test_a_training_run_leaves_the_lane_its_cores_while_the_marker_is_there(tmp_path):
+    import torch
+
+    from jobs.progress import LaneShare, lane_threads
+    from jobs.training.trainer import ShareCoresWithLane
+
+    before = torch.get_num_threads()
+    marker = tmp_path / "worker.lane"
+    callback = ShareCoresWithLane(LaneShare(str(marker)))
+    try:
+        callback.on_step_begin(None, None, None)
+        assert torch.get_num_threads() == before
+        marker.touch()
+        callback.on_step_begin(None, None, None)
+        assert torch.get_num_threads() == max(1, before - lane_threads())
+        marker.unlink()
+        callback.on_step_begin(None, None, None)
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)

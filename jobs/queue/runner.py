@@ -42,6 +42,7 @@ class Launch:
     output_dir: Path
     gpus: tuple[int, ...] = ()  # physical GPU indices; empty means CPU
     procs: int = 1  # data-parallel processes on the CPU (ignored with GPUs: one process per GPU)
+    threads: Optional[int] = None  # the CPU threads the job's torch may use; None: torch's default (every core)
 
     @property
     def device(self) -> str:
@@ -185,7 +186,9 @@ class SubprocessRunner:
         child_env = dict(env)
         child_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         child_env["PYTHONUNBUFFERED"] = "1"
-        if not job.gpus and job.procs > 1 and "OMP_NUM_THREADS" not in env:
+        if not job.gpus and job.threads and "OMP_NUM_THREADS" not in env:
+            child_env["OMP_NUM_THREADS"] = str(job.threads)
+        elif not job.gpus and job.procs > 1 and "OMP_NUM_THREADS" not in env:
             # torchrun would set 1 thread per rank; share the cores out instead
             child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.procs))
         with open(job.output_dir / PROCESS_LOG, "ab") as logfile:

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 
 from sqlalchemy import select
 
+from jobs.progress import LANE_MARKER_ENV, lane_threads
 from jobs.queue import table as queue
 from jobs.queue.failures import describe_exit, log_tail
 from jobs.queue.runner import PROCESS_LOG, Handle, Launch, Runner, SubprocessRunner
@@ -115,6 +116,7 @@ class Worker:
             if code is None:
                 continue
             del self.slots[run_id]
+            self._mark_lane()
             self._settle(slot, code, now)
 
     def _settle(self, slot: Slot, code: int, now: dt.datetime) -> None:
@@ -224,8 +226,9 @@ class Worker:
         try:
             gpus = tuple(free[:wanted])
             job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,
-                         procs=1 if gpus else self._cpu_procs(claimed))
-            env = {**os.environ, **self.wb.settings.as_env()}
+                         procs=1 if gpus else self._cpu_procs(claimed),
+                         threads=lane_threads() if short and not gpus and self._cpu_training() else None)
+            env = {**os.environ, **self.wb.settings.as_env(), LANE_MARKER_ENV: str(self.lane_marker)}
             handle = self.runner.launch(job, env)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start fails; the worker goes on
             log.exception("run %s: could not start", claimed.id)
@@ -233,7 +236,30 @@ class Worker:
                          error=f"the training process could not start: {exc}")
             return
         self.slots[claimed.id] = Slot(job, handle, short=short)
+        self._mark_lane()
         queue.set_launched(self.wb.db, claimed.id, claimed.attempt, handle.pid, job.device)
+
+    def _cpu_training(self) -> bool:
+        """Whether one of this worker's main slots runs a job on the CPU: a lane job then takes a quarter of the
+        cores (``jobs.progress.lane_threads``), and the training leaves them to it; alone it takes them all."""
+        return any(not slot.short and not slot.job.gpus for slot in self.slots.values())
+
+    @property
+    def lane_marker(self) -> Path:
+        """The file this worker keeps while a lane job runs on the CPU: its CPU training runs then leave the lane
+        its threads' cores (``jobs.progress.LaneShare``)."""
+        return Path(self.wb.settings.home) / "workers" / f"{self.worker_id}.lane"
+
+    def _mark_lane(self) -> None:
+        busy = any(slot.short and not slot.job.gpus for slot in self.slots.values())
+        try:
+            if busy:
+                self.lane_marker.parent.mkdir(parents=True, exist_ok=True)
+                self.lane_marker.touch()
+            else:
+                self.lane_marker.unlink(missing_ok=True)
+        except OSError:  # a read-only home: the runs keep every core, as before the lane shared them
+            log.warning("worker %s: cannot keep %s", self.worker_id, self.lane_marker)
 
     def _cpu_procs(self, claimed: queue.ClaimedRun) -> int:
         """Processes of a CPU run: the spec's ``procs``, else the worker's; one for any other kind of job."""

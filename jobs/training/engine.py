@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from jobs.progress import (EVALUATING, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled, Reporter,
-                           machine_load, mean_load, report_phase)
+from jobs.progress import (EVALUATING, LANE_MARKER_ENV, PREPARING, SAVING_MODEL, WRITING_PREDICTIONS, Cancelled,
+                           Reporter, machine_load, mean_load, report_phase)
 from jobs.specs.run import RunSpec
 from jobs.training.attention import attention_path
 from jobs.training.chunking import describe as describe_chunking
@@ -263,8 +264,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     from transformers import EarlyStoppingCallback
 
     from jobs.specs.hyperparameters import LEARNED_LOSS
-    from jobs.training.trainer import (MetricThenLater, ReporterCallback, StopWhenLearned, WorkbenchTrainer,
-                               training_arguments)
+    from jobs.training.trainer import (MetricThenLater, ReporterCallback, ShareCoresWithLane, StopWhenLearned,
+                                       WorkbenchTrainer, training_arguments)
 
     prepared = built.prepared
     selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
@@ -273,6 +274,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
                               prepared.label_names or ["labels"])
     callback = ReporterCallback(reporter)
     callbacks = [callback]
+    if device == "cpu" and os.environ.get(LANE_MARKER_ENV):
+        callbacks.append(ShareCoresWithLane())
     if selected_by != "loss":
         callbacks.append(MetricThenLater(selected_by, greater))  # before early stopping, which reads its key
     if hp["early_stopping_patience"]:

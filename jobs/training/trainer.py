@@ -200,6 +200,18 @@ SELECTION_KEY = "selection"  # the evaluation key checkpoints are ranked by when
 _TIE_WEIGHT = 1e-6  # far below one example's share of any metric on a split worth ranking by it
 
 
+class ShareCoresWithLane(TrainerCallback):
+    """A CPU run gives the short-job lane its cores while a lane job runs (``jobs.progress.LaneShare``)."""
+
+    def __init__(self, share=None):
+        from jobs.progress import LaneShare
+
+        self.share = share or LaneShare()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.share()
+
+
 class MetricThenLater(TrainerCallback):
     """Ranks checkpoints by the task metric, equal scores going to the later checkpoint.
 
