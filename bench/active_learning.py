@@ -19,7 +19,7 @@ its interval held the true test score. The reference is the same fast model fitt
 ``--speed`` times one refit as the label-refit job does it (fit on 100 / 500 / 1,000 labels, predict_proba on a
 10,000-text pool, estimate, rank_pool); ``--plot`` draws docs/labelling_curves.png from the results;
 ``--real`` also trains the workbench's default run (``bench/small_data.py``'s ``workbench``: the engine with
-nothing set) on the first 100/200/500 labels of each strategy's first seed, scored on the test file. Embeddings are cached under bench/.cache/active_learning (gitignored).
+nothing set) on the first 100/200/500 labels of each strategy and seed, scored on the test file (``--real-results``: where). Embeddings are cached under bench/.cache/active_learning (gitignored).
 Results: bench/results/active_learning.json (a finished (set, strategy, seed) is not run again); ``--real`` runs
 only the real runs, into bench/results/active_learning_real.json.
 Runs on one torch and one BLAS thread: the machine's two cores are shared.
@@ -509,7 +509,8 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true", help="draw docs/labelling_curves.png from the results")
     parser.add_argument("--table", action="store_true", help="print the tables for docs/labelling.md")
     parser.add_argument("--real", action="store_true",
-                        help="also train the workbench's default run on the first 100/200/500 labels (seed: the first)")
+                        help="only train the workbench's default run on the first 100/200/500 labels, each seed")
+    parser.add_argument("--real-results", type=Path, default=None, help="where --real keeps its results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.table:
@@ -517,8 +518,12 @@ def main() -> None:
         return
     data = data_folder(args.data)
     if args.real:
-        for name in [n for n in args.only.split(",") if n]:
-            real_runs(data, name, int(args.seeds.split(",")[0]))
+        if args.real_results:
+            global REAL_RESULTS
+            REAL_RESULTS = args.real_results
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for name in [n for n in args.only.split(",") if n]:
+                real_runs(data, name, seed)
         return
     results = load()
     results["setup"] = {"budget": args.budget, "batch": args.batch, "random_share": 0.1,

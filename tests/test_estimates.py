@@ -148,8 +148,8 @@ def test_long_texts_cost_what_training_reads_of_them(wb):
 
 
 def test_a_run_read_in_windows_is_calibrated_on_past_runs_read_in_windows(wb):
-    """bench/estimates.py: a run of long reviews priced on the steps of short-text runs was estimated at 48 s
-    and took 138 s; windows are padded to a whole window, and a batch to its longest document."""
+    """Windows are padded to a whole window, and a batch to its longest document: a windowed run's steps are
+    priced on windowed runs, not from short texts' cost per token."""
     lengths = {"mean": 560.0, "max_length": 128, "truncated_mean": 127.0,
                "histogram": {"counts": [5, 20, 75], "edges": [100, 200, 500, 1000]}}
     with wb.db.session() as session:

@@ -427,8 +427,8 @@ def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
     history = _history(wb, spec.model, spec.task, kind, plan["method"])
     # A run read in windows is calibrated on past runs read in windows where there are any, and the other way
     # round: its documents' windows are padded to a whole window and a batch to its longest document, so its
-    # steps are not priced like short texts' per token (bench/estimates.py: a run of long reviews priced on
-    # two short-text runs and one of reviews was estimated at 48 s and took 138 s).
+    # steps are not priced like short texts' per token. (bench/estimates.py does not show a gain yet: a batch of
+    # 16 long reviews calibrated on one batch of 8 still took 2.8x its point, either way.)
     chunked = plan["hp"].get("chunking", "off") != "off"
     history = [h for h in history if bool(h.get("chunking")) == chunked] or history
     if history:
