@@ -296,7 +296,7 @@ def test_validation_records_are_the_split_training_made(tmp_path):
     records = classification_records(30)
     train = write_jsonl(tmp_path / "train.jsonl", records)
     spec = RunSpec(task="text-classification", data=DataSpec(train_path=str(train)), train=TrainSpec(seed=5))
-    assert validation_records(spec) == split_validation(records, 5)[1] and len(validation_records(spec)) == 7  # a quarter of 30
+    assert validation_records(spec) == split_validation(records, 5)[1] and len(validation_records(spec)) == 3  # a tenth of 30
 
 
 def _tiny_family(folder: Path, family: str) -> Path:
