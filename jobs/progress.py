@@ -111,7 +111,7 @@ class RecordingReporter:
 
 # The short-job lane on a CPU (jobs.queue.worker): while a lane job runs, the worker keeps this file, named to
 # its training processes in this environment variable, and a training run gives the lane's cores back for
-# as long as it is there (``lane_share``). Two processes each with threads on every core take turns on the
+# as long as it is there (``LaneShare``). Two processes each with threads on every core take turns on the
 # cores and spin waiting for each other: a prediction beside a training run on 2 cores left the training 13 %
 # of its speed (bench/short_lane_share.py).
 LANE_MARKER_ENV = "WORKBENCH_LANE_MARKER"

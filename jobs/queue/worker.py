@@ -227,7 +227,7 @@ class Worker:
             gpus = tuple(free[:wanted])
             job = Launch(claimed.id, claimed.attempt, Path(claimed.output_dir), gpus,
                          procs=1 if gpus else self._cpu_procs(claimed),
-                         threads=lane_threads() if short and not gpus and self._cpu_training() else None)
+                         threads=lane_threads() if short and not gpus and self._on_cpu(short=False) else None)
             env = {**os.environ, **self.wb.settings.as_env(), LANE_MARKER_ENV: str(self.lane_marker)}
             handle = self.runner.launch(job, env)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start fails; the worker goes on
@@ -239,10 +239,11 @@ class Worker:
         self._mark_lane()
         queue.set_launched(self.wb.db, claimed.id, claimed.attempt, handle.pid, job.device)
 
-    def _cpu_training(self) -> bool:
-        """Whether one of this worker's main slots runs a job on the CPU: a lane job then takes a quarter of the
-        cores (``jobs.progress.lane_threads``), and the training leaves them to it; alone it takes them all."""
-        return any(not slot.short and not slot.job.gpus for slot in self.slots.values())
+    def _on_cpu(self, short: bool) -> bool:
+        """Whether a job runs on the CPU in the lane (``short``) or in a main slot. A lane job started beside a
+        CPU training run takes a quarter of the cores (``jobs.progress.lane_threads``) and the training leaves
+        them to it; alone it takes them all."""
+        return any(slot.short == short and not slot.job.gpus for slot in self.slots.values())
 
     @property
     def lane_marker(self) -> Path:
@@ -251,9 +252,8 @@ class Worker:
         return Path(self.wb.settings.home) / "workers" / f"{self.worker_id}.lane"
 
     def _mark_lane(self) -> None:
-        busy = any(slot.short and not slot.job.gpus for slot in self.slots.values())
         try:
-            if busy:
+            if self._on_cpu(short=True):
                 self.lane_marker.parent.mkdir(parents=True, exist_ok=True)
                 self.lane_marker.touch()
             else:
