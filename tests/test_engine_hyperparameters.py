@@ -111,10 +111,26 @@ def test_small_sets_get_enough_epochs_to_reach_the_step_floor(n, preset, epochs)
 
 
 def test_a_raised_floor_stops_early_on_the_validation_score_and_says_why():
-    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)
+    # 1,000 examples: the engine's split holds out 100, enough to pick a checkpoint
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=100)
     assert hp["early_stopping_patience"] == 3 and hp["select_by"] == "metric"
-    assert hp["why"].startswith("270 examples: 12 epoch(s), 408 steps, lr ")
+    assert hp["why"].startswith("900 examples: 4 epoch(s), 452 steps, lr ")
     assert "at least 400 steps" in hp["why"] and "early stopping" in hp["why"]
+
+
+def test_under_a_thousand_examples_the_100_held_out_pick_no_checkpoint():
+    # 500 examples hold out 100 (storage.datasets.split): the interval and the calibration use them, but picking
+    # a checkpoint on them kept earlier, worse ones (bench/results/small_data_split_rule.json)
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 400, n_validation=100)
+    assert hp["early_stopping_patience"] == 0 and hp["select_by"] == "last"
+    assert ("under 1,000 examples no checkpoint is picked on the 100 validation examples (they give the score's "
+            "interval and the calibration), so the last one is kept") in hp["why"]
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 899, n_validation=100)["select_by"] == "last"
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)["select_by"] == "last"
+    # what the spec asks still wins
+    asked = resolve_hyperparameters(_spec(method="finetune", select_by="metric", early_stopping_patience=3), SMALL,
+                                    400, n_validation=100)
+    assert asked["select_by"] == "metric" and asked["early_stopping_patience"] == 3
 
 
 def test_a_validation_split_too_small_to_rank_checkpoints_keeps_the_last_one():
@@ -123,7 +139,8 @@ def test_a_validation_split_too_small_to_rank_checkpoints_keeps_the_last_one():
     assert hp["early_stopping_patience"] == 0 and hp["select_by"] == "last" and hp["epochs"] == 12
     assert "30 validation examples are too few to pick a checkpoint" in hp["why"]
     assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=99)["select_by"] == "last"
-    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=100)["select_by"] == "metric"
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=99)["select_by"] == "last"
+    assert resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=100)["select_by"] == "metric"
     large = resolve_hyperparameters(_spec(method="finetune"), SMALL, 10_000)
     assert large["early_stopping_patience"] == 0 and large["select_by"] == "metric"
     assert "at least" not in large["why"]
@@ -212,10 +229,10 @@ def test_checkpoints_rank_by_the_metric_and_equal_scores_by_the_later_step():
 def test_selection_by_a_metric_goes_through_the_tie_break_key_and_loss_ranks_by_itself():
     from jobs.training.trainer import SELECTION_KEY, training_arguments
 
-    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 270, n_validation=150)
-    args = training_arguments("/tmp/unused", hp, "cpu", 270, "accuracy", True, ["labels"])
+    hp = resolve_hyperparameters(_spec(method="finetune"), SMALL, 900, n_validation=150)
+    args = training_arguments("/tmp/unused", hp, "cpu", 900, "accuracy", True, ["labels"])
     assert args.metric_for_best_model == SELECTION_KEY and args.greater_is_better and args.load_best_model_at_end
-    args = training_arguments("/tmp/unused", hp, "cpu", 270, "loss", False, ["labels"])
+    args = training_arguments("/tmp/unused", hp, "cpu", 900, "loss", False, ["labels"])
     assert args.metric_for_best_model == "loss" and not args.greater_is_better
 
 

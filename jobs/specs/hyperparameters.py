@@ -86,6 +86,13 @@ SMALL_DATA_PATIENCE = 3  # evaluations below the best validation score before a 
 # loss of 10 examples rises (over-confidence) while accuracy still improves. TREC-6, 100 questions:
 # early stopping on that loss kept step 96 of 360 (accuracy 0.728); the last checkpoint scored 0.803.
 MIN_VALIDATION_TO_SELECT = 100
+# ... and below this many examples in all (training and validation) it picks none either, even from the 100
+# validation examples the split rule holds out at 400-999 examples (storage.datasets.split): those serve the
+# score's interval and the calibration, but picking one of 10 checkpoints on them, with early stopping, kept
+# earlier and worse ones. 500 examples, seeds 0/1/2 (bench/results/small_data_split_rule.json): TREC-6
+# 0.886/0.884/0.903 picking against 0.886/0.899/0.903 keeping the last (one run had stopped at step 200 of
+# 400); VADER amazon 0.848/0.859/0.801 against 0.848/0.842/0.831.
+MIN_EXAMPLES_TO_SELECT = 1000
 SMALL_DATA_EVALUATIONS = 10  # evaluations (and checkpoints) of a small-data run that picks a checkpoint
 # Without selection a split big enough to show it is learned (``MIN_VALIDATION_TO_LEARN``) is still small enough
 # to cost little to evaluate: 20 times, so that a learned split is seen early, with a checkpoint (only for a
@@ -275,7 +282,8 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         lr = min(lr * 10, 1e-3)
     if n_validation is None:
         n_validation = max(1, n_used // 9)  # the engine holds out a tenth of the data it was given
-    tiny_validation = small_data and n_validation < MIN_VALIDATION_TO_SELECT
+    too_few_in_all = n_used + n_validation < MIN_EXAMPLES_TO_SELECT
+    tiny_validation = small_data and (n_validation < MIN_VALIDATION_TO_SELECT or too_few_in_all)
     patience = train.early_stopping_patience
     if patience is None:
         patience = (0 if tiny_validation else SMALL_DATA_PATIENCE) if small_data else (2 if preset == "thorough" else 0)
@@ -308,7 +316,11 @@ def resolve_hyperparameters(spec, model_info, n_train: int, method: str = "finet
         why += f" — few examples, so at least {MIN_STEPS[preset]} steps"
         if stop_when_learned:
             why += ", fewer once every validation example is learned"
-        if tiny_validation and select_by == "last":
+        if tiny_validation and select_by == "last" and n_validation >= MIN_VALIDATION_TO_SELECT:
+            why += (f"; under {MIN_EXAMPLES_TO_SELECT:,} examples no checkpoint is picked on the {n_validation} "
+                    "validation examples (they give the score's interval and the calibration), so the last "
+                    "one is kept")
+        elif tiny_validation and select_by == "last":
             why += (f"; {n_validation} validation examples are too few to pick a checkpoint, so the last one "
                     "is kept")
         elif tiny_validation:
