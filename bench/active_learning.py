@@ -489,6 +489,37 @@ def load() -> dict:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {"full": {}, "runs": {}}
 
 
+def real_table(real: dict) -> str:
+    """Markdown: the real runs' test accuracy per set, strategy and labels (mean of the seeds there, each seed in
+    brackets), and default − random per seed: a paired difference, both strategies' runs of a seed on one code."""
+    rows = ["| set | strategy | " + " | ".join(f"{size} labels" for size in CHECKPOINTS) + " |",
+            "|---|---|" + "---|" * len(CHECKPOINTS)]
+    seeds = sorted({int(key.split("/")[2]) for key in real})
+
+    def cell(name: str, strategy: str, size: int) -> list:
+        return [real.get(f"{name}/{strategy}/{seed}/{size}", {}).get("accuracy") for seed in seeds]
+
+    for name in SETS:
+        if not any(key.startswith(name + "/") for key in real):
+            continue
+        for strategy in STRATEGIES:
+            texts = []
+            for size in CHECKPOINTS:
+                values = cell(name, strategy, size)
+                known = [v for v in values if v is not None]
+                per_seed = ", ".join("—" if v is None else f"{v:.3f}" for v in values)
+                texts.append(f"{np.mean(known):.3f} ({per_seed})" if known else "—")
+            rows.append(f"| {TITLES[name]} | {strategy} | " + " | ".join(texts) + " |")
+        texts = []
+        for size in CHECKPOINTS:
+            pairs = [(d, r) for d, r in zip(cell(name, "default", size), cell(name, "random", size))
+                     if d is not None and r is not None]
+            diffs = [100 * (d - r) for d, r in pairs]
+            texts.append(f"{np.mean(diffs):+.1f} ({', '.join(f'{x:+.1f}' for x in diffs)})" if diffs else "—")
+        rows.append(f"| {TITLES[name]} | default − random (points) | " + " | ".join(texts) + " |")
+    return "\n".join(rows)
+
+
 def save(results: dict) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".tmp")
@@ -515,6 +546,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.table:
         print(tables(load()))
+        real = args.real_results or ROOT / "bench" / "results" / "active_learning_real.json"
+        if real.exists():
+            print("\n" + real_table(json.loads(real.read_text())))
         return
     data = data_folder(args.data)
     if args.real:
