@@ -107,12 +107,16 @@ def test_two_labellers_never_hold_the_same_item(qwb, tmp_path):
     held: dict[str, int] = {}
     clashes: list[tuple[int, int]] = []
     errors: list[BaseException] = []
-    start, guard = threading.Barrier(2), threading.Lock()
+    # Both claim their first item before either labels: on SQLite one labeller's back-to-back writes could
+    # otherwise keep the other's busy handler waiting until the pool was done (seen once on a loaded machine:
+    # bob labelled all 40), and the test would not have had two labellers at all.
+    start, both_hold, guard = threading.Barrier(2), threading.Barrier(2, timeout=30), threading.Lock()
 
     def label_all(wb, user: str) -> None:
         try:
             start.wait()
             item = lab.next_item(wb, project["id"], user)
+            both_hold.wait()
             while item is not None:
                 with guard:
                     held[user] = item["item_id"]
