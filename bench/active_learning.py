@@ -528,6 +528,7 @@ def save(results: dict) -> None:
 
 
 def main() -> None:
+    global REAL_RESULTS  # --real-results moves where --real keeps its runs
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data")
     parser.add_argument("--only", default=",".join(SETS))
@@ -546,14 +547,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.table:
         print(tables(load()))
-        real = args.real_results or ROOT / "bench" / "results" / "active_learning_real.json"
+        real = args.real_results or REAL_RESULTS
         if real.exists():
             print("\n" + real_table(json.loads(real.read_text())))
         return
     data = data_folder(args.data)
     if args.real:
         if args.real_results:
-            global REAL_RESULTS
             REAL_RESULTS = args.real_results
         for seed in [int(s) for s in args.seeds.split(",")]:
             for name in [n for n in args.only.split(",") if n]:
