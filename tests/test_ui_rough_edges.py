@@ -26,6 +26,28 @@ def test_an_import_selects_the_new_dataset_and_train_takes_the_only_one(wb):
         data_tab.dataset_to_train(wb, "", "text-classification")
 
 
+def test_a_picker_refresh_that_lands_late_keeps_the_pick_made_meanwhile(wb, tmp_path):
+    # The browser suite on a busy machine: the Train tab's refresh, asked with the old pick, answered after the
+    # user had picked another dataset and set the picker back, so the run was queued on the wrong dataset.
+    from workbench.ui import compare_tab, train_tab
+
+    sms = data_service.import_dataset(wb, DATA_DIR / "ui" / "sms_sample.csv", "text-classification",
+                                      tokenizer=False, name="sms")
+    notes_file = tmp_path / "notes.csv"
+    notes_file.write_text("text,label\n" + "".join(f"note {i} for the weekend,{'x' if i % 3 else 'y'}\n"
+                                                   for i in range(30)), encoding="utf-8")
+    notes = data_service.import_dataset(wb, notes_file, "text-classification", tokenizer=False, name="notes")
+    update = train_tab.refreshed_datasets(wb, "text-classification", sms.id)  # asked while sms was picked
+    assert "value" not in update and [v for _, v in update["choices"]] == [notes.id, sms.id]
+    # nothing picked (page load), or the pick is gone or of another task: the newest is preselected
+    assert train_tab.refreshed_datasets(wb, "text-classification", None)["value"] == notes.id
+    assert train_tab.refreshed_datasets(wb, "token-classification", sms.id)["value"] is None
+    data_service.delete_dataset(wb, notes.id)
+    assert train_tab.refreshed_datasets(wb, "text-classification", notes.id)["value"] == sms.id
+    # the test-set picker of the Compare tab likewise
+    assert compare_tab.refresh_test_sets(wb, "ds-gone")["value"] is None
+
+
 def _run(wb, kind: str = "train", status: str = "succeeded", **fields) -> int:
     from storage.models import Run
 

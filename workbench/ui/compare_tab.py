@@ -406,10 +406,12 @@ def _build_test_sets() -> _TestSets:
 
 
 def refresh_test_sets(wb, chosen: str | None) -> Any:
-    """Fresh test-set choices; the pick stays unless its dataset is gone."""
+    """Fresh test-set choices; the pick stays unless its dataset is gone (and while it stays the value is left
+    alone, as in ``refresh_runs``)."""
     choices = test_set_choices(wb)
-    kept = chosen if chosen in {value for _, value in choices} else None
-    return gr.update(choices=choices, value=kept)
+    if chosen in {value for _, value in choices}:
+        return gr.update(choices=choices)
+    return gr.update(choices=choices, value=None)
 
 
 def test_set_values(wb, dataset_id: str | None) -> tuple:

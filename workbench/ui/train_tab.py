@@ -126,6 +126,17 @@ def preselected(choices: list[tuple[str, str]], current: str | None = None) -> s
     return next((value for label, value in choices if not label.startswith("⚠ test set")), None)
 
 
+def refreshed_datasets(wb, task: str, current: str | None) -> dict:
+    """The dataset picker's update when it is read again (its tab opens, the task changes, a dataset is imported
+    or deleted). While ``current`` is still a choice the value is left alone: this answer can land after the user
+    picked another dataset (on a busy server the tab's refresh takes seconds), and sending back the pick it was
+    asked with would undo theirs. Otherwise the newest dataset is preselected (``preselected``)."""
+    choices = dataset_choices(wb, task)
+    if current and current in {value for _, value in choices}:
+        return gr.update(choices=choices)
+    return gr.update(choices=choices, value=preselected(choices, current))
+
+
 def clone_name(name: str, source_id: int | None = None) -> str:
     """The name a clone starts with: "NAME (edited)", or "clone of run #N" for an unnamed run."""
     name = (name or "").strip()
@@ -338,8 +349,7 @@ def build(wb) -> TrainTab:
 
     def on_task(task_, current=None):
         """The task's datasets; the chosen one stays when it fits the task (clone-and-edit sets both)."""
-        choices = dataset_choices(wb, task_)
-        return gr.update(choices=choices, value=preselected(choices, current))
+        return refreshed_datasets(wb, task_, current)
 
     task.change(lambda t: gr.update(visible=t == "masked-lm"), [task], [objective])
     task.change(lambda t: [gr.update(visible=t == "text-classification")] * 2, [task], [method, chunking])
@@ -381,7 +391,7 @@ def build(wb) -> TrainTab:
 
     def on_load(*values):
         dataset_update = on_task(values[0], values[1])
-        chosen = dataset_update.get("value")
+        chosen = dataset_update.get("value", values[1])
         values = (values[0], chosen, *values[2:])
         return dataset_update, preview(*values), on_facts(*values)
 
