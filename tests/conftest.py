@@ -47,6 +47,22 @@ def wb(settings):
     workbench.close()
 
 
+@pytest.fixture(autouse=True)
+def _cheap_password_hashing(request, monkeypatch):
+    """Argon2id at 1 MiB and one pass for the passwords a test hashes in this process, as Django's test settings
+    do. At the product's profile (64 MiB, 3 passes, 4 lanes) a sign-in costs ~0.2 s of a 2-core machine and the
+    account, sign-in and access tests make hundreds: those files took 137 s at the real profile and 67 s cheap.
+    Tests marked ``real_password_hashing`` check the real profile and its rehash at sign-in; servers and CLI
+    commands started as processes hash at the real profile (and rehash a cheap hash at its next sign-in)."""
+    if request.node.get_closest_marker("real_password_hashing"):
+        return
+    from argon2 import PasswordHasher
+
+    from workbench.services import accounts
+
+    monkeypatch.setattr(accounts, "_hasher", lambda: PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+
+
 @pytest.fixture
 def pg_url():
     url = os.environ.get("WORKBENCH_TEST_PG_URL")

@@ -23,6 +23,7 @@ def _dump(wb) -> str:
                          for row in session.execute(text(f"SELECT * FROM {table}")))
 
 
+@pytest.mark.real_password_hashing
 def test_passwords_are_argon2id_at_or_above_owasps_minimum_and_never_stored_in_plain_text(wb):
     from argon2 import extract_parameters
 
@@ -59,6 +60,7 @@ def test_sign_in_checks_the_password_and_records_each_attempt(wb):
     assert any(e["address"] == "10.0.0.1" for e in accounts.list_activity(wb, action="sign_in"))
 
 
+@pytest.mark.real_password_hashing
 def test_a_hash_with_old_parameters_is_replaced_at_the_next_sign_in(wb):
     from argon2 import PasswordHasher
 
