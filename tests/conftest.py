@@ -47,6 +47,41 @@ def wb(settings):
     workbench.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_sqlite_from_a_template(tmp_path_factory):
+    """A new SQLite database made in this process starts as a copy of one migrated here once, instead of
+    replaying every migration (0.14 s against 0.01 s; the suite makes hundreds). Same schema, same rows: the
+    copy is Alembic's own result, and Alembic still runs after it and finds it at head. Migrations themselves
+    are tested where they are named (an older revision, PostgreSQL, processes the tests start)."""
+    import contextlib
+    import sqlite3
+
+    from storage import db
+
+    original = db.upgrade
+    template = tmp_path_factory.mktemp("schema") / "template.db"
+    engine = db.make_engine(f"sqlite:///{template}")
+    try:
+        original(engine)
+    finally:
+        engine.dispose()
+
+    def upgrade(engine, revision: str = "head") -> None:
+        database = engine.url.database
+        if revision == "head" and engine.dialect.name == "sqlite" and database and database != ":memory:" \
+                and not database.startswith("file:"):
+            with db._sqlite_file_lock(engine), contextlib.suppress(sqlite3.Error):  # not a database: as before
+                with contextlib.closing(sqlite3.connect(database)) as target:
+                    if not target.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall():
+                        with contextlib.closing(sqlite3.connect(template)) as source:
+                            source.backup(target)
+        original(engine, revision)
+
+    db.upgrade = upgrade
+    yield
+    db.upgrade = original
+
+
 @pytest.fixture(autouse=True)
 def _cheap_password_hashing(request, monkeypatch):
     """Argon2id at 1 MiB and one pass for the passwords a test hashes in this process, as Django's test settings
