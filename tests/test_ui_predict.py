@@ -154,6 +154,9 @@ def test_a_finished_prediction_downloads_its_rows(wb, uploads):
     # The tick offers the job that has just finished for download.
     *_, pick, _ = predict_panel.on_tick(wb, run_id, key, None)
     assert pick["value"] == job_id
+    # a pick that is still offered is left alone (a tick answered late must not undo a newer one)
+    *_, pick, _ = predict_panel.on_tick(wb, run_id, key, job_id)
+    assert "value" not in pick and [v for _, v in pick["choices"]] == [job_id]
     values = predict_panel.panel_values(wb, job_id)
     assert values.picked == job_id and [v for _, v in values.choices] == [job_id]
     assert values.rows[0][3] == "3 / 3"
