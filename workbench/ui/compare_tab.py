@@ -15,7 +15,7 @@ from workbench.services import datasets as data_service
 from workbench.services import predictions as predict_service
 from workbench.services import runs as runs_service
 from workbench.services import sweeps as sweep_service
-from workbench.ui import access
+from workbench.ui import access, polling
 from workbench.ui import format as fmt
 from workbench.ui import plots
 from workbench.services.runs import read_run_tables
@@ -406,12 +406,8 @@ def _build_test_sets() -> _TestSets:
 
 
 def refresh_test_sets(wb, chosen: str | None) -> Any:
-    """Fresh test-set choices; the pick stays unless its dataset is gone (and while it stays the value is left
-    alone, as in ``refresh_runs``)."""
-    choices = test_set_choices(wb)
-    if chosen in {value for _, value in choices}:
-        return gr.update(choices=choices)
-    return gr.update(choices=choices, value=None)
+    """Fresh test-set choices; the pick stays unless its dataset is gone (``polling.picker_update``)."""
+    return polling.picker_update(test_set_choices(wb), chosen)
 
 
 def test_set_values(wb, dataset_id: str | None) -> tuple:

@@ -22,6 +22,16 @@ def page_key(elem_id: str) -> gr.Textbox:
     return gr.Textbox("", visible="hidden", interactive=False, container=False, elem_id=elem_id)
 
 
+def picker_update(choices: list[tuple[str, Any]], current: Any, otherwise: Any = None) -> dict:
+    """A picker's fresh ``choices``, sent by an answer that may land late (a tab's refresh, a tick). While
+    ``current``, the pick the request was sent with, is still a choice the value is not sent: the user may have
+    picked another since, and sending ``current`` back would undo theirs (the browser suite saw a run queued on
+    the dataset a slow refresh had put back). Otherwise the value becomes ``otherwise``."""
+    if current is not None and current in {value for _, value in choices}:
+        return gr.update(choices=choices)
+    return gr.update(choices=choices, value=otherwise)
+
+
 def next_interval(current: Any, changed: bool, active: bool, low: float = POLL_SECONDS) -> float:
     """The timer's next interval: ``low`` when something changed or is queued or running, else twice the
     current one, up to ``MAX_POLL_SECONDS``."""

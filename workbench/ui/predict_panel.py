@@ -359,11 +359,8 @@ def on_tick(wb, rid: Any, last_key: str, picked: Any = None) -> tuple:
         return (*[gr.skip()] * 6, last_key)
     if not last_key or json.loads(last_key)[0] != note:
         return on_run(wb, rid)
-    if fmt.positive_id(picked) in [value for _, value in choices]:
-        # the pick stands: sent back, this tick's copy of it would undo one the user made while it ran
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), rows, gr.update(choices=choices), key
-    return (gr.skip(), gr.skip(), gr.skip(), gr.skip(), rows, gr.update(choices=choices, value=_pick(choices, picked)),
-            key)
+    pick = polling.picker_update(choices, fmt.positive_id(picked), _pick(choices, picked))
+    return gr.skip(), gr.skip(), gr.skip(), gr.skip(), rows, pick, key
 
 
 def wire(wb, panel: PredictPanel, run_id: gr.Number, timer: gr.Timer) -> None:

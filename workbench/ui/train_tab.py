@@ -16,7 +16,7 @@ from workbench.services import catalogue, estimates, specs
 from workbench.services import datasets as data_service
 from workbench.services import runs as runs_service
 from workbench.services.specs import DEFAULT_MODEL, TASKS, DataSpec, LoraSpec, RunSpec, TrainSpec
-from workbench.ui import access
+from workbench.ui import access, polling
 from workbench.ui import format as fmt
 
 PRESETS = ("quick", "standard", "thorough")
@@ -128,13 +128,10 @@ def preselected(choices: list[tuple[str, str]], current: str | None = None) -> s
 
 def refreshed_datasets(wb, task: str, current: str | None) -> dict:
     """The dataset picker's update when it is read again (its tab opens, the task changes, a dataset is imported
-    or deleted). While ``current`` is still a choice the value is left alone: this answer can land after the user
-    picked another dataset (on a busy server the tab's refresh takes seconds), and sending back the pick it was
-    asked with would undo theirs. Otherwise the newest dataset is preselected (``preselected``)."""
+    or deleted): the pick stays while it is a choice (``polling.picker_update``), else the newest dataset is
+    preselected (``preselected``)."""
     choices = dataset_choices(wb, task)
-    if current and current in {value for _, value in choices}:
-        return gr.update(choices=choices)
-    return gr.update(choices=choices, value=preselected(choices, current))
+    return polling.picker_update(choices, current, preselected(choices, current))
 
 
 def clone_name(name: str, source_id: int | None = None) -> str:
