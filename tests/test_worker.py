@@ -25,6 +25,12 @@ from tests.queue_support import alive, fake_spec, qwb, wait_until  # noqa: F401
 from workbench.services import runs
 
 
+@pytest.fixture(params=[False, True], ids=["new-process", "forked"])
+def job_runner(request):
+    """The subprocess runner both ways a job starts: as a new process, and forked from a warm one."""
+    return fake_subprocess_runner(preload=request.param)
+
+
 def _run(wb, run_id) -> Run:
     with wb.db.session() as session:
         return session.get(Run, run_id)
@@ -38,11 +44,11 @@ def _finished(wb, *ids):
     return lambda: all(_run(wb, i).status in (SUCCEEDED, FAILED, CANCELLED) for i in ids)
 
 
-def test_segfaulting_run_fails_with_a_sentence_and_the_worker_goes_on(qwb):
+def test_segfaulting_run_fails_with_a_sentence_and_the_worker_goes_on(qwb, job_runner):
     """Acceptance 4: os.abort() in the training process -> failed with a message; the next job runs."""
     crash = _submit(qwb, "fake:abort")
     after = _submit(qwb, "fake:succeed")
-    worker = Worker(qwb, fake_subprocess_runner(), max_jobs=1, gpus=[])
+    worker = Worker(qwb, job_runner, max_jobs=1, gpus=[])
     assert wait_until(_finished(qwb, crash, after), timeout=60, step=worker.loop_once)
     failed = _run(qwb, crash)
     assert failed.status == FAILED
@@ -52,10 +58,10 @@ def test_segfaulting_run_fails_with_a_sentence_and_the_worker_goes_on(qwb):
     assert wait_until(lambda: not worker.slots, timeout=10, step=worker.loop_once)  # reaped
 
 
-def test_exceptions_become_human_sentences(qwb):
+def test_exceptions_become_human_sentences(qwb, job_runner):
     oom = _submit(qwb, "fake:oom", train=TrainSpec(batch_size=32))
     boom = _submit(qwb, "fake:raise")
-    worker = Worker(qwb, fake_subprocess_runner(), max_jobs=2, gpus=[])
+    worker = Worker(qwb, job_runner, max_jobs=2, gpus=[])
     assert wait_until(_finished(qwb, oom, boom), timeout=60, step=worker.loop_once)
     assert _run(qwb, oom).error == "CUDA out of memory at batch size 32 — try 16 or enable LoRA"
     assert _run(qwb, boom).error == "training failed: ValueError: boom"
@@ -71,10 +77,10 @@ def test_missing_dataset_file_fails_before_training(qwb):
     assert _run(qwb, run_id).error.startswith("dataset file missing: ")
 
 
-def test_cancel_stops_at_a_checkpoint_within_10_seconds(qwb):
+def test_cancel_stops_at_a_checkpoint_within_10_seconds(qwb, job_runner):
     """Acceptance 3 (fake training; tests/test_worker_e2e.py does it with the real engine)."""
     run_id = _submit(qwb, "fake:steps:400:0.05")
-    worker = Worker(qwb, fake_subprocess_runner(), gpus=[])
+    worker = Worker(qwb, job_runner, gpus=[])
     assert wait_until(lambda: _run(qwb, run_id).step >= 3, timeout=30, step=worker.loop_once)
     assert runs.cancel_run(qwb, run_id) == "cancelling"
     started = time.monotonic()
@@ -85,9 +91,9 @@ def test_cancel_stops_at_a_checkpoint_within_10_seconds(qwb):
     assert list((Path(run.output_dir) / "checkpoints").glob("checkpoint-*"))
 
 
-def test_a_run_that_ignores_cancel_is_killed_after_the_timeout(qwb):
+def test_a_run_that_ignores_cancel_is_killed_after_the_timeout(qwb, job_runner):
     run_id = _submit(qwb, "fake:hang")
-    worker = Worker(qwb, fake_subprocess_runner(), gpus=[])
+    worker = Worker(qwb, job_runner, gpus=[])
     worker.loop_once()
     pid = _run(qwb, run_id).pid
     runs.cancel_run(qwb, run_id)
@@ -121,9 +127,9 @@ def test_dead_workers_run_is_resumed_by_another_worker(qwb):
     assert run.status == SUCCEEDED and run.metrics["resumed_from"] == 10.0 and run.step == run.total_steps == 20
 
 
-def test_heartbeat_renews_the_lease_of_running_runs(qwb):
+def test_heartbeat_renews_the_lease_of_running_runs(qwb, job_runner):
     run_id = _submit(qwb, "fake:hang")
-    worker = Worker(qwb, fake_subprocess_runner(), gpus=[])
+    worker = Worker(qwb, job_runner, gpus=[])
     t0 = utcnow()
     worker.loop_once(now=t0)
     later = t0 + dt.timedelta(seconds=qwb.settings.lease_seconds * 3)

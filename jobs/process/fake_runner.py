@@ -136,9 +136,9 @@ def fake_predict(spec: PredictSpec, model: ModelRef, output_dir: Path, reporter:
     return predict_file(spec, LengthPredictor(), output_dir, reporter, after_chunk=lambda _k: time.sleep(pause))
 
 
-def fake_subprocess_runner() -> SubprocessRunner:
-    """A real subprocess per run, with fake training inside."""
-    return SubprocessRunner(module="jobs.process.fake_runner")
+def fake_subprocess_runner(preload: bool = False) -> SubprocessRunner:
+    """A real subprocess per run, with fake training inside (forked from a warm process with ``preload``)."""
+    return SubprocessRunner(module="jobs.process.fake_runner", preload=preload)
 
 
 class ThreadHandle:

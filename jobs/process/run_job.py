@@ -46,6 +46,9 @@ from storage.settings import Settings
 
 log = logging.getLogger("jobs.process.run_job")
 
+# What a warm process imports before it forks its first job (``jobs.process.preload``): what every job imports
+# (training, prediction, evaluation, export, labelling); it learns the rest from the jobs it runs.
+PRELOAD = ("torch", "transformers:AutoConfig", "transformers:AutoTokenizer")
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED, EXIT_PRUNED = 0, 2, 3, 4, 5
 WRITE_INTERVAL_S = 1.0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -113,23 +114,32 @@ class ProcessHandle:
         return self.process.poll()
 
     def kill(self) -> None:
-        # The ranks a launcher starts sit in sessions of their own: collect the tree before the
-        # launcher dies (orphans are re-parented and no longer listed as its children).
-        try:
-            import psutil
+        kill_tree(self.pid)
 
-            tree = psutil.Process(self.pid).children(recursive=True)
-        except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, or psutil missing: the group kill still runs
-            tree = []
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group that ``pid`` leads, and every process below ``pid``."""
+    # The ranks a launcher starts sit in sessions of their own: collect the tree before the
+    # launcher dies (orphans are re-parented and no longer listed as its children).
+    try:
+        import psutil
+
+        tree = psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, or psutil missing: the group kill still runs
+        tree = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        # A forked job between fork and setsid is not a group leader yet: kill the process itself.
         try:
-            os.killpg(self.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for child in tree:
-            try:
-                child.kill()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+    for child in tree:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
 
 DEFAULT_RENDEZVOUS_PORT = 29500  # torch's and accelerate's fixed default: two runs on it collide
@@ -156,14 +166,132 @@ class PortPicker:
         raise OSError("no free TCP port for the training processes' rendezvous")
 
 
+# How long a launch waits for a warm process to finish its imports before it starts the job as a new process.
+WARM_START_TIMEOUT_S = 60.0
+# How long a launch waits for a warm process to answer a fork: milliseconds, or the seconds it takes to import what
+# earlier jobs imported. One that does not answer in this time is stopped (an import that hangs), its jobs with it.
+FORK_REPLY_TIMEOUT_S = 120.0
+
+
+class WarmProcess:
+    """The worker's side of ``jobs.process.preload``: a process that has imported a job module and torch once
+    and forks a child per job. It was started by the thread that launches jobs and dies with it (PDEATHSIG), and
+    its children die with it; it exits by itself after some idle minutes."""
+
+    def __init__(self, module: str, env: Mapping[str, str], log_path: Path):
+        self.env = dict(env)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as logfile:
+            self.process = subprocess.Popen([sys.executable, "-m", "jobs.process.preload", module], env=self.env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logfile,
+                                            start_new_session=True,
+                                            preexec_fn=_die_with_parent if _LIBC is not None else None,
+                                            close_fds=True)
+        self.codes: dict[int, int] = {}  # exit codes of the children that ended, as Popen.returncode
+        self.ready = False
+        self.alive = True
+        self.failed = False  # it ended before its imports were done
+        self._children: set[int] = set()
+        self._started: dict[int, int] = {}
+        self._next_id = 0
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, name=f"warm-process-{self.process.pid}", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                if "ready" in message:
+                    self.ready = True
+                    log.info("warm process %s: imports done in %s s", self.process.pid, message.get("seconds"))
+                elif "error" in message:
+                    self.failed = True
+                    log.warning("warm process %s stopped: %s; jobs start as new processes",
+                                self.process.pid, message["error"])
+                elif "exited" in message:
+                    self.codes[message["exited"]] = message["code"]
+                    self._children.discard(message["exited"])
+                elif "id" in message:
+                    # Its child before anything else: the child's exit may be the next line.
+                    self._children.add(message["pid"])
+                    self._started[message["id"]] = message["pid"]
+                self._cond.notify_all()
+        # The warm process is gone; PDEATHSIG killed its children, and a child it had not reported yet is
+        # killed here too, so that a run it held is never seen as ended while it still writes.
+        with self._cond:
+            self.alive = False
+            self.failed = self.failed or not self.ready
+            for pid in self._children:
+                kill_tree(pid)
+                self.codes.setdefault(pid, -signal.SIGKILL)
+            self._children.clear()
+            self._cond.notify_all()
+        self.process.wait()
+
+    @property
+    def idle(self) -> bool:
+        return not self._children
+
+    def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[int]:
+        """The pid of a child running the module with ``args``, or None when this process cannot fork one now."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.ready or not self.alive, WARM_START_TIMEOUT_S) or not self.alive:
+                return None
+            self._next_id += 1
+            request_id = self._next_id
+            request = {"id": request_id, "args": list(args), "env": dict(env), "log": str(log_path),
+                       "cwd": os.getcwd()}
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+            except OSError:
+                return None
+            if not self._cond.wait_for(lambda: request_id in self._started or not self.alive, FORK_REPLY_TIMEOUT_S):
+                log.warning("warm process %s did not answer a fork; stopping it", self.process.pid)
+                self.close()
+                return None
+            return self._started.pop(request_id, None)
+
+    def close(self) -> None:
+        """Stop the warm process (its children die with it)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class ForkedHandle:
+    """A job forked by a ``WarmProcess``: not this process's child, so its exit code comes from the warm process."""
+
+    def __init__(self, pid: int, warm: WarmProcess):
+        self.pid, self.warm = pid, warm
+
+    def poll(self) -> Optional[int]:
+        return self.warm.codes.get(self.pid)
+
+    def kill(self) -> None:
+        kill_tree(self.pid)
+
+
 class SubprocessRunner:
     """Runs ``python -m <module> RUN_ID --attempt N``; several processes go through a launcher:
-    ``accelerate launch --multi_gpu`` for N GPUs, ``torchrun`` for N CPU processes (gloo)."""
+    ``accelerate launch --multi_gpu`` for N GPUs, ``torchrun`` for N CPU processes (gloo).
 
-    def __init__(self, module: str = "jobs.process.run_job", extra_args: Sequence[str] = ()):
+    With ``preload``, a CPU job of one process is forked from a ``WarmProcess`` instead, which saves each job
+    the seconds of importing torch and transformers; where it cannot be (no glibc, a warm process that failed),
+    the job starts as a new process as before. ``log_dir`` takes the warm process's own log."""
+
+    def __init__(self, module: str = "jobs.process.run_job", extra_args: Sequence[str] = (), *,
+                 preload: bool = False, log_dir: Optional[Path] = None):
         self.module = module
         self.extra_args = tuple(extra_args)
         self.ports = PortPicker()
+        self.preload = preload and _LIBC is not None
+        self.log_dir = log_dir
+        self._warm: Optional[WarmProcess] = None
 
     def argv(self, job: Launch, port: Optional[int] = None) -> list[str]:
         """The command line of one attempt; ``port`` is the rendezvous port of a multi-process run."""
@@ -191,6 +319,12 @@ class SubprocessRunner:
         elif not job.gpus and job.procs > 1 and "OMP_NUM_THREADS" not in env:
             # torchrun would set 1 thread per rank; share the cores out instead
             child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.procs))
+        if self.preload and not job.gpus and job.world_size <= 1:
+            pid = self._fork(job, env, child_env)
+            if pid is not None:
+                log.info("run %s attempt %s: forked pid %s from warm process %s", job.run_id, job.attempt, pid,
+                         self._warm.process.pid)
+                return ForkedHandle(pid, self._warm)
         with open(job.output_dir / PROCESS_LOG, "ab") as logfile:
             process = subprocess.Popen(self.argv(job), env=child_env, stdin=subprocess.DEVNULL, stdout=logfile,
                                        stderr=subprocess.STDOUT, start_new_session=True,
@@ -198,3 +332,26 @@ class SubprocessRunner:
                                        close_fds=True)
         log.info("run %s attempt %s: started pid %s on %s", job.run_id, job.attempt, process.pid, job.device)
         return ProcessHandle(process)
+
+    def _fork(self, job: Launch, env: Mapping[str, str], child_env: Mapping[str, str]) -> Optional[int]:
+        """Fork ``job`` from the warm process, starting one when there is none (or it ended, or the environment
+        it was started with is no longer the worker's); None when the job must start as a new process."""
+        warm_env = {**env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+        warm = self._warm
+        if warm is not None and (not warm.alive or warm.env != warm_env):
+            if warm.alive and not warm.idle:
+                return None  # its jobs still run under the old environment
+            warm.close()
+            warm = None
+        if warm is None:
+            log_dir = self.log_dir or job.output_dir.parent
+            try:
+                warm = self._warm = WarmProcess(self.module, warm_env, log_dir / "warm-process.log")
+            except OSError:
+                log.exception("could not start a warm process; jobs start as new processes")
+                self.preload = False
+                return None
+        pid = warm.fork(self.argv(job)[3:], child_env, job.output_dir / PROCESS_LOG)
+        if warm.failed:
+            self.preload = False  # it could not import what the jobs need: the next would not either
+        return pid

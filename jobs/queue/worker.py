@@ -75,7 +75,8 @@ class Worker:
                  max_attempts: Optional[int] = None, only_runs: Optional[Sequence[int]] = None,
                  procs: Optional[int] = None, short_jobs: Optional[int] = None):
         self.wb = wb
-        self.runner = runner or SubprocessRunner()
+        self.runner = runner or SubprocessRunner(preload=wb.settings.preload_jobs,
+                                                 log_dir=Path(wb.settings.home) / "workers")
         self.max_jobs = max_jobs or wb.settings.max_jobs
         self.short_jobs = wb.settings.short_jobs if short_jobs is None else short_jobs
         self.gpus = list(detect_gpus(wb.settings.device) if gpus is None else gpus)
