@@ -15,10 +15,25 @@ from pathlib import Path
 
 import pytest
 
+from jobs.queue import runner as runner_module
 from jobs.queue.runner import ForkedHandle, Launch, ProcessHandle, SubprocessRunner
 from tests.queue_support import alive, wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forking from a warm process needs Linux (prctl)")
+
+
+@pytest.fixture(autouse=True)
+def _own_warm_processes():
+    """Each test starts from no warm process and stops the ones it started (they are shared by the process)."""
+    before = dict(runner_module._WARM)
+    runner_module._WARM.clear()
+    runner_module._UNWARMABLE.clear()
+    yield
+    for warm in runner_module._WARM.values():
+        warm.close()
+    runner_module._WARM.clear()
+    runner_module._UNWARMABLE.clear()
+    runner_module._WARM.update(before)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -90,37 +105,40 @@ def test_exit_codes_tracebacks_and_kill_reach_the_worker(tmp_path):
     assert not alive(hang.pid)
 
 
-def test_the_warm_process_and_its_jobs_die_with_the_thread_that_started_them(tmp_path):
-    runner = _probe(tmp_path)
-    _argv_mode(runner, "hang")
-    started = {}
+def test_workers_of_one_process_share_its_warm_process_which_outlives_the_thread_that_started_it(tmp_path):
+    """``train --wait`` and a test process run a worker per run, in threads that end: the second worker's job is
+    forked from the warm process the first one started (settings, WORKBENCH_*, and pytest's current test may
+    differ between them)."""
+    pids = {}
 
-    def worker_thread() -> None:
-        handle, log = _launch(runner, tmp_path / "job", "hang", _env())
-        _seen(log)
-        started["job"], started["warm"] = handle.pid, runner._warm.process.pid
+    def worker_thread(name: str) -> None:
+        runner = _probe(tmp_path)
+        _argv_mode(runner, "0")
+        handle, log = _launch(runner, tmp_path / name, "0", _env(WORKBENCH_HOME=str(tmp_path / name),
+                                                                  PYTEST_CURRENT_TEST=name))
+        assert isinstance(handle, ForkedHandle) and wait_until(lambda: handle.poll() == 0, timeout=30)
+        pids[name] = _seen(log)["ppid"]
 
-    thread = threading.Thread(target=worker_thread)
-    thread.start()
-    thread.join(60)
-    assert started, "the job did not start"
-    assert wait_until(lambda: not alive(started["warm"]) and not alive(started["job"]), timeout=30)
-    # the worker sees the job as killed, never as still running
-    assert wait_until(lambda: runner._warm.codes.get(started["job"]) == -signal.SIGKILL, timeout=30)
+    for name in ("first", "second"):
+        thread = threading.Thread(target=worker_thread, args=(name,))
+        thread.start()
+        thread.join(60)
+    assert pids["first"] == pids["second"] and alive(pids["first"])
+    assert len(runner_module._WARM) == 1
 
 
 def test_gpu_jobs_and_a_warm_process_that_cannot_import_start_jobs_as_new_processes(tmp_path):
     runner = _probe(tmp_path)
     _argv_mode(runner, "0")
     gpu, _ = _launch(runner, tmp_path / "gpu", "0", _env(), gpus=(0,))
-    assert isinstance(gpu, ProcessHandle) and runner._warm is None
+    assert isinstance(gpu, ProcessHandle) and runner._warm is None and not runner_module._WARM
     broken, log = _launch(runner, tmp_path / "broken", "0", _env(WARM_PROBE_PRELOAD="no_such_module_anywhere"))
     assert isinstance(broken, ProcessHandle)  # the job still ran, as a new process
     assert wait_until(lambda: broken.poll() == 0, timeout=30)
     assert runner.preload is False  # and the next job does not try again
 
 
-def test_a_warm_process_that_ended_or_whose_environment_changed_is_replaced(tmp_path):
+def test_a_warm_process_that_ended_is_replaced_and_another_environment_gets_its_own(tmp_path):
     runner = _probe(tmp_path)
     _argv_mode(runner, "0")
     first, _ = _launch(runner, tmp_path / "1", "0", _env(WARM_PROBE="a"))
@@ -131,19 +149,11 @@ def test_a_warm_process_that_ended_or_whose_environment_changed_is_replaced(tmp_
     second, log = _launch(runner, tmp_path / "2", "0", _env(WARM_PROBE="a"))
     assert isinstance(second, ForkedHandle) and runner._warm is not warm
     assert _seen(log)["ppid"] == runner._warm.process.pid
-    assert wait_until(lambda: second.poll() == 0, timeout=30)
+    # a variable a library may read at import, changed: another warm process, and the first one stays for its jobs
     replaced = runner._warm
     third, log = _launch(runner, tmp_path / "3", "0", _env(WARM_PROBE="b"))
     assert isinstance(third, ForkedHandle) and runner._warm is not replaced and _seen(log)["probe"] == "b"
-    # while a job of the warm process still runs, a job with another environment starts as a new process
-    _argv_mode(runner, "hang")
-    hang, log = _launch(runner, tmp_path / "4", "hang", _env(WARM_PROBE="b"))
-    _seen(log)
-    _argv_mode(runner, "0")
-    other, log = _launch(runner, tmp_path / "5", "0", _env(WARM_PROBE="c"))
-    assert isinstance(other, ProcessHandle) and _seen(log)["probe"] == "c"
-    hang.kill()
-    assert wait_until(lambda: hang.poll() == -signal.SIGKILL and other.poll() == 0, timeout=30)
+    assert replaced.alive and len(runner_module._WARM) == 2
 
 
 def test_an_idle_warm_process_exits_by_itself():
@@ -198,3 +208,21 @@ def test_a_warm_process_whose_import_starts_a_thread_stops_forking(tmp_path):
     job, log = _launch(runner, tmp_path / "job", "0", _env(WARM_PROBE_PRELOAD="tests.warm_probe_thread"))
     assert isinstance(job, ProcessHandle) and _seen(log)["ppid"] == os.getpid()
     assert runner.preload is False and runner._warm.failed
+
+
+def test_a_learned_import_that_starts_a_thread_stops_forking_but_spares_the_running_jobs(tmp_path):
+    runner = _probe(tmp_path)
+    env = _env(WARM_PROBE_IMPORT="tests.warm_probe_thread")
+    _argv_mode(runner, "hang")
+    running, log = _launch(runner, tmp_path / "running", "hang", env)
+    _seen(log)
+    _argv_mode(runner, "0")
+    teacher, log = _launch(runner, tmp_path / "teacher", "0", env)  # imports the module, and so teaches it
+    assert isinstance(teacher, ForkedHandle) and wait_until(lambda: teacher.poll() == 0, timeout=30)
+    warm = runner._warm
+    after, log = _launch(runner, tmp_path / "after", "0", env)
+    assert isinstance(after, ProcessHandle) and _seen(log)["ppid"] == os.getpid()  # started as a new process
+    assert warm.failed and runner.preload is False
+    assert running.poll() is None and alive(running.pid) and warm.alive  # the job already forked goes on
+    running.kill()
+    assert wait_until(lambda: not warm.alive, timeout=30)  # then the warm process ends

@@ -4,8 +4,8 @@ A job's subprocess spends about 5 s of CPU importing torch and transformers befo
 process imports a job module once, with what the module lists in its ``PRELOAD`` (what every job imports),
 and then forks one child per request of its worker (``jobs.queue.runner.SubprocessRunner``); the child runs
 the module as ``python -m MODULE ARGS`` would, with the request's environment, in a session of its own, its
-output going to the run's log, and it dies with this process (PDEATHSIG), as this process dies with the worker
-thread that started it. So a job is what it was, less the imports.
+output going to the run's log, and it dies with this process (PDEATHSIG), as this process dies with the worker's
+process. So a job is what it was, less the imports.
 
 It also learns: each child, as it exits, names the modules it imported that this process had not, and before
 the next fork this process imports them. A job thus pays only for what no job before it needed, and a worker
@@ -13,7 +13,7 @@ that runs one job pays nothing more than before.
 
 The protocol is one JSON object a line. On stdin: ``{"id": N, "args": [...], "env": {...}, "log": PATH,
 "cwd": PATH}``. On stdout: ``{"ready": PID}`` once the imports are done (or ``{"error": TEXT}`` and exit 1),
-``{"id": N, "pid": PID}`` for each fork, and ``{"exited": PID, "code": CODE}`` when a child ends (CODE as
+``{"id": N, "pid": PID}`` for each fork (``{"id": N, "error": TEXT}`` once it no longer forks), and ``{"exited": PID, "code": CODE}`` when a child ends (CODE as
 ``Popen.returncode``: negative for a signal). stdin closing means the worker is gone: this process exits, and
 its children with it. With no child running and no request for ``--idle`` seconds it exits too (its memory,
 about 0.5 GB with torch, is not held for an idle worker); the worker starts another when it needs one.
@@ -70,13 +70,14 @@ class Server:
         self.children: set[int] = set()
         self.pending, self.learned_pending = b"", b""
         self.learned: set[str] = set()
-        self.unimportable: set[str] = set()
+        self.tried: set[str] = set()
+        self.broken = ""  # why this process no longer forks
         self.last_active = time.monotonic()
 
     def serve(self) -> Optional[dict]:
         while True:
             self.reap()
-            if not self.children and time.monotonic() - self.last_active > self.idle:
+            if not self.children and (self.broken or time.monotonic() - self.last_active > self.idle):
                 return None
             ready, _, _ = select.select([self.requests, self.learned_fd], [], [], POLL_SECONDS)
             if self.learned_fd in ready:
@@ -91,7 +92,15 @@ class Server:
                 line, self.pending = self.pending.split(b"\n", 1)
                 request = json.loads(line)
                 self.last_active = time.monotonic()
-                self.import_learned()
+                if not self.broken:
+                    try:
+                        self.import_learned()
+                    except RuntimeError as exc:
+                        self.broken = str(exc)
+                if self.broken:
+                    # No fork any more; the jobs already forked run to their end, and then this process exits.
+                    _write(self.replies, {"id": request["id"], "error": self.broken})
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -108,11 +117,12 @@ class Server:
 
     def import_learned(self) -> None:
         """Import what earlier jobs imported and this process has not (parents before their submodules)."""
-        for name in sorted(self.learned - set(sys.modules) - self.unimportable):
+        for name in sorted(self.learned - set(sys.modules) - self.tried):
+            self.tried.add(name)  # once: a module that will not import, or not under its name, is left to the jobs
             try:
                 importlib.import_module(name)
             except BaseException:  # noqa: BLE001 - one that will not import is left to the jobs that need it
-                self.unimportable.add(name)
+                pass
         if threading.active_count() > 1:
             # A thread's locks are copied into a fork half-held: this process can no longer fork safely.
             raise RuntimeError(f"an import started a thread ({threading.enumerate()[-1].name}); forking stops")
@@ -210,11 +220,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         request = server.serve()
     except BrokenPipeError:
         return 0  # the worker is gone
-    except RuntimeError as exc:
-        _write(replies, {"error": str(exc)})
-        return 1
     if request is None:
-        return 0
+        return 1 if server.broken else 0
     become_job(args.module, request, requests, replies, learned, threads)
     return 0
 

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -175,8 +176,8 @@ FORK_REPLY_TIMEOUT_S = 120.0
 
 class WarmProcess:
     """The worker's side of ``jobs.process.preload``: a process that has imported a job module and torch once
-    and forks a child per job. It was started by the thread that launches jobs and dies with it (PDEATHSIG), and
-    its children die with it; it exits by itself after some idle minutes."""
+    and forks a child per job. It dies with this process (PDEATHSIG, see ``_Starter``), and its children die with
+    it; it exits by itself after some idle minutes."""
 
     def __init__(self, module: str, env: Mapping[str, str], log_path: Path):
         self.env = dict(env)
@@ -208,7 +209,7 @@ class WarmProcess:
                     self.ready = True
                     log.info("warm process %s: imports done in %s s", self.process.pid, message.get("seconds"))
                 elif "error" in message:
-                    self.failed = True
+                    self.failed = True  # it forks no more: this job and the next start as new processes
                     log.warning("warm process %s stopped: %s; jobs start as new processes",
                                 self.process.pid, message["error"])
                 elif "exited" in message:
@@ -238,7 +239,8 @@ class WarmProcess:
     def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[int]:
         """The pid of a child running the module with ``args``, or None when this process cannot fork one now."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self.ready or not self.alive, WARM_START_TIMEOUT_S) or not self.alive:
+            if not self._cond.wait_for(lambda: self.ready or not self.alive, WARM_START_TIMEOUT_S) or \
+                    not self.alive or self.failed:
                 return None
             self._next_id += 1
             request_id = self._next_id
@@ -249,7 +251,8 @@ class WarmProcess:
                 self.process.stdin.flush()
             except OSError:
                 return None
-            if not self._cond.wait_for(lambda: request_id in self._started or not self.alive, FORK_REPLY_TIMEOUT_S):
+            if not self._cond.wait_for(lambda: request_id in self._started or not self.alive or self.failed,
+                                       FORK_REPLY_TIMEOUT_S):
                 log.warning("warm process %s did not answer a fork; stopping it", self.process.pid)
                 self.close()
                 return None
@@ -321,6 +324,8 @@ class SubprocessRunner:
             child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.procs))
         if self.preload and not job.gpus and job.world_size <= 1:
             pid = self._fork(job, env, child_env)
+            if pid is None and self._warm is not None and self._warm.failed:
+                self.preload = False  # it could not import what the jobs need, or stopped forking
             if pid is not None:
                 log.info("run %s attempt %s: forked pid %s from warm process %s", job.run_id, job.attempt, pid,
                          self._warm.process.pid)
@@ -334,24 +339,73 @@ class SubprocessRunner:
         return ProcessHandle(process)
 
     def _fork(self, job: Launch, env: Mapping[str, str], child_env: Mapping[str, str]) -> Optional[int]:
-        """Fork ``job`` from the warm process, starting one when there is none (or it ended, or the environment
-        it was started with is no longer the worker's); None when the job must start as a new process."""
+        """Fork ``job`` from this process's warm process for the job module and environment (``warm_process``);
+        None when the job must start as a new process."""
         warm_env = {**env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-        warm = self._warm
-        if warm is not None and (not warm.alive or warm.env != warm_env):
-            if warm.alive and not warm.idle:
-                return None  # its jobs still run under the old environment
-            warm.close()
-            warm = None
+        warm = self._warm = warm_process(self.module, warm_env, self.log_dir or job.output_dir.parent)
         if warm is None:
-            log_dir = self.log_dir or job.output_dir.parent
+            self.preload = False  # one could not be had for these jobs: the next would not do better
+            return None
+        return warm.fork(self.argv(job)[3:], child_env, job.output_dir / PROCESS_LOG)
+
+
+# The warm processes of this process, one per job module and environment, shared by its workers (``workbench serve``
+# has one; a test process or ``train --wait`` runs many in turn). The workbench's own settings (WORKBENCH_*) are read
+# by a job when it runs, not when modules are imported, so they do not ask for another warm process; any other
+# variable may be read by a library at import (HF_HUB_OFFLINE, thread counts), so a different value does.
+_WARM: dict[tuple, WarmProcess] = {}
+# Variables besides the settings that no library reads at import: pytest's name of the test running, which changes
+# with every test of a process that would otherwise share one warm process.
+NOT_READ_AT_IMPORT = frozenset({"PYTEST_CURRENT_TEST"})
+_UNWARMABLE: set[tuple] = set()
+_WARM_LOCK = threading.Lock()
+_STARTER: Optional["_Starter"] = None
+
+
+class _Starter:
+    """Starts warm processes from one thread that lasts as long as this process. A process started with
+    PDEATHSIG dies when the *thread* that started it ends, and a warm process outlives the worker thread that
+    first needed it; this way it dies with this process, and so do its jobs."""
+
+    def __init__(self) -> None:
+        self._calls: "queue.SimpleQueue" = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="warm-process-starter", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call, answer = self._calls.get()
             try:
-                warm = self._warm = WarmProcess(self.module, warm_env, log_dir / "warm-process.log")
+                answer.put((call(), None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                answer.put((None, exc))
+
+    def start(self, module: str, env: Mapping[str, str], log_path: Path) -> WarmProcess:
+        answer: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._calls.put((lambda: WarmProcess(module, env, log_path), answer))
+        warm, error = answer.get()
+        if error is not None:
+            raise error
+        return warm
+
+
+def warm_process(module: str, env: Mapping[str, str], log_dir: Path) -> Optional[WarmProcess]:
+    """This process's warm process for ``module`` and ``env``, started when there is none or it ended; None when
+    one cannot be had (it could not import what the jobs need, or an import started a thread)."""
+    global _STARTER
+    key = (module, tuple(sorted((k, v) for k, v in env.items()
+                                if not k.startswith("WORKBENCH_") and k not in NOT_READ_AT_IMPORT)))
+    with _WARM_LOCK:
+        warm = _WARM.get(key)
+        if warm is not None and warm.failed:
+            _UNWARMABLE.add(key)
+        if key in _UNWARMABLE:
+            return None
+        if warm is None or not warm.alive:
+            try:
+                _STARTER = _STARTER or _Starter()
+                warm = _WARM[key] = _STARTER.start(module, env, log_dir / "warm-process.log")
             except OSError:
                 log.exception("could not start a warm process; jobs start as new processes")
-                self.preload = False
+                _UNWARMABLE.add(key)
                 return None
-        pid = warm.fork(self.argv(job)[3:], child_env, job.output_dir / PROCESS_LOG)
-        if warm.failed:
-            self.preload = False  # it could not import what the jobs need: the next would not either
-        return pid
+        return warm
