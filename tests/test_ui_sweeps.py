@@ -72,6 +72,18 @@ def test_view_values_follow_the_sweep(wb, tmp_path):
     assert playgrounds.publish(wb, sweep_tab.best_of(wb, sweep_id)).url_path.startswith("/play/")
 
 
+def test_the_refresh_button_keeps_a_pick_made_while_it_was_answered(wb, tmp_path):
+    """↻ is answered with the list only while the pick it was asked with is still a sweep: sending that pick
+    back would undo one made since (the late-answer race of the Train tab's picker, tests/test_ui_rough_edges.py)."""
+    spec = sweep_tab.spec_from_form(base_json(wb, tmp_path), "batch_size: [8, 16]\n", 2, 1, "none", "", "", "a")
+    first = sweeps.create_sweep(wb, spec)
+    second = sweeps.create_sweep(wb, spec)
+    update = sweep_tab.refreshed_sweeps(wb, first)
+    assert "value" not in update and {v for _, v in update["choices"]} == {first, second}
+    assert sweep_tab.refreshed_sweeps(wb, None)["value"] == sweep_tab.sweep_choices(wb)[0][1]
+    assert sweep_tab.refreshed_sweeps(wb, 999)["value"] == sweep_tab.sweep_choices(wb)[0][1]
+
+
 def test_value_vs_trial_keeps_the_best_so_far_by_direction():
     sweep = {"direction": "minimize", "metric": "perplexity", "trials": [
         {"trial": 0, "optuna_state": "complete", "value": 5.0}, {"trial": 1, "optuna_state": "pruned", "value": None},

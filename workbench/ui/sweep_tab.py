@@ -86,6 +86,13 @@ def sweep_choices(wb) -> list[tuple[str, int]]:
              s["id"]) for s in sweep_service.list_sweeps(wb)]
 
 
+def refreshed_sweeps(wb, current: Any) -> dict:
+    """The ↻ button's answer: the sweeps now, keeping the pick the user may have changed since the click
+    (``polling.picker_update``); where the pick it was asked with is gone, the newest sweep."""
+    choices = sweep_choices(wb)
+    return polling.picker_update(choices, current, otherwise=choices[0][1] if choices else None)
+
+
 def tick_values(wb, sweep_id: Optional[int], shown_choices: Optional[list], shown_view: str = "",
                 interval: Any = TICK_SECONDS) -> tuple:
     """What one timer tick sends: the picker's choices (only when a label changed: a sweep's status and
@@ -357,7 +364,7 @@ def build_view(wb) -> SweepView:
             raise gr.Error(str(exc))
 
     picker.change(show, [picker], outputs, show_progress="hidden")
-    refresh.click(lambda current: gr.update(choices=sweep_choices(wb), value=current), [picker], [picker])
+    refresh.click(lambda current: refreshed_sweeps(wb, current), [picker], [picker])
     cancel.click(on_cancel, [picker], [action]).then(show, [picker], outputs)
     def on_publish_best(sweep_id, with_token):
         return publish_best(wb, sweep_id, with_token)
