@@ -80,7 +80,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("preload_jobs", False, "Start each CPU job of one process by forking it from a warm process that has "
             "imported torch and transformers once, instead of a new Python process that imports them again (a "
             "small job ends in about half the time). The warm process holds about 0.5 GB while jobs come and exits "
-            "after 5 idle minutes. Off by default while its cost in a busy process is measured (docs/runs-and-queue.md, "
+            "after 5 idle minutes. Off by default until what it saves the test suite is measured (docs/runs-and-queue.md, "
             "\"How a job starts\").", _bool),
     Setting("max_upload_mb", 2048, "Largest dataset file accepted, in MB. Files are read as a stream, so this bounds "
             "disk use, not memory.", int),
