@@ -232,10 +232,6 @@ class WarmProcess:
             self._cond.notify_all()
         self.process.wait()
 
-    @property
-    def idle(self) -> bool:
-        return not self._children
-
     def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[int]:
         """The pid of a child running the module with ``args``, or None when this process cannot fork one now."""
         with self._cond:
