@@ -248,11 +248,12 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        print(json.dumps(run_row(args.one[0], int(args.one[1]), args.preset)))
+        print(json.dumps({**run_row(args.one[0], int(args.one[1]), args.preset), "torch_threads": args.threads}))
         return
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": {}}
     results.update(data="movie_reviews_long: train 1,200 reviews, scored on dev + test (300)",
-                   machine=f"{os.cpu_count()} CPUs (shared), torch threads {args.threads}", preset=args.preset)
+                   machine=f"{os.cpu_count()} CPUs (shared); torch threads per row in torch_threads (2 where absent)",
+                   preset=args.preset)
     for row in args.rows:
         for seed in args.seeds:
             done = subprocess.run([sys.executable, __file__, "--one", row, str(seed), "--threads", str(args.threads),

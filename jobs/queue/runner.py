@@ -320,12 +320,14 @@ class SubprocessRunner:
             child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // job.procs))
         if self.preload and not job.gpus and job.world_size <= 1:
             pid = self._fork(job, env, child_env)
-            if pid is None and self._warm is not None and self._warm.failed:
-                self.preload = False  # it could not import what the jobs need, or stopped forking
             if pid is not None:
                 log.info("run %s attempt %s: forked pid %s from warm process %s", job.run_id, job.attempt, pid,
                          self._warm.process.pid)
                 return ForkedHandle(pid, self._warm)
+            if self._warm is None or self._warm.failed:
+                # none could be had, or it could not import what the jobs need, or it stopped forking: the next
+                # job would not do better, so jobs start as new processes from now on
+                self.preload = False
         with open(job.output_dir / PROCESS_LOG, "ab") as logfile:
             process = subprocess.Popen(self.argv(job), env=child_env, stdin=subprocess.DEVNULL, stdout=logfile,
                                        stderr=subprocess.STDOUT, start_new_session=True,
@@ -340,7 +342,6 @@ class SubprocessRunner:
         warm_env = {**env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
         warm = self._warm = warm_process(self.module, warm_env, self.log_dir or job.output_dir.parent)
         if warm is None:
-            self.preload = False  # one could not be had for these jobs: the next would not do better
             return None
         return warm.fork(self.argv(job)[3:], child_env, job.output_dir / PROCESS_LOG)
 
