@@ -226,3 +226,25 @@ def test_a_learned_import_that_starts_a_thread_stops_forking_but_spares_the_runn
     assert running.poll() is None and alive(running.pid) and warm.alive  # the job already forked goes on
     running.kill()
     assert wait_until(lambda: not warm.alive, timeout=30)  # then the warm process ends
+
+
+def test_a_fork_that_fails_starts_that_job_as_a_new_process_and_spares_the_running_ones(tmp_path):
+    """A process-count limit or no memory for the copy fails one fork: the warm process answers for that job
+    only, and goes on (before, the error ended it, and its running jobs died with it)."""
+    runner = _probe(tmp_path)
+    env = _env(WARM_PROBE_PRELOAD="tests.warm_probe_forkfail")
+    _argv_mode(runner, "hang")
+    running, log = _launch(runner, tmp_path / "running", "hang", env)  # the first fork
+    assert isinstance(running, ForkedHandle) and _seen(log)
+    _argv_mode(runner, "0")
+    refused, log = _launch(runner, tmp_path / "refused", "0", env)  # the second fork fails
+    assert isinstance(refused, ProcessHandle) and _seen(log)["ppid"] == os.getpid()
+    assert wait_until(lambda: refused.poll() == 0, timeout=60)
+    warm = runner._warm
+    assert warm.alive and not warm.failed and runner.preload
+    assert running.poll() is None and alive(running.pid)  # the job already forked goes on
+    again, log = _launch(runner, tmp_path / "again", "0", env)  # the third fork works
+    assert isinstance(again, ForkedHandle) and _seen(log)["ppid"] == warm.process.pid
+    assert wait_until(lambda: again.poll() == 0, timeout=30)
+    running.kill()
+    assert wait_until(lambda: running.poll() == -signal.SIGKILL, timeout=30)

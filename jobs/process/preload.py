@@ -103,7 +103,13 @@ class Server:
                     continue
                 sys.stdout.flush()
                 sys.stderr.flush()
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    # A process-count limit or no memory for the copy: this job starts as a new process; the
+                    # jobs already forked go on, and so does this process.
+                    _write(self.replies, {"id": request["id"], "refused": f"fork failed: {exc}"})
+                    continue
                 if pid == 0:
                     return request
                 self.children.add(pid)
@@ -157,13 +163,14 @@ def report_imports(fd: int, before: set[str]) -> None:
 
 
 def become_job(module: str, request: dict[str, Any], requests: int, replies: int, learned: tuple[int, int],
-               threads: int) -> None:
+               threads: int, parent: int) -> None:
     """In the forked child: what ``subprocess.Popen`` with ``start_new_session`` and ``preexec_fn`` did, then
     ``python -m module args``. Does not return: the module's ``sys.exit`` ends the process as it would have."""
     os.setsid()
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the server died before prctl: nobody would kill this job any more
+    if os.getppid() != parent:  # the server died before prctl (the job went to init or a subreaper): nobody
+        # would kill this job any more
         os._exit(1)
     os.close(requests)
     os.close(replies)
@@ -215,14 +222,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else 1
     _write(replies, {"ready": os.getpid(), "seconds": round(time.monotonic() - started, 2)})
     learned = os.pipe()
-    server = Server(requests, replies, learned[0], args.idle)
+    server, parent = Server(requests, replies, learned[0], args.idle), os.getpid()
     try:
         request = server.serve()
     except BrokenPipeError:
         return 0  # the worker is gone
     if request is None:
         return 1 if server.broken else 0
-    become_job(args.module, request, requests, replies, learned, threads)
+    become_job(args.module, request, requests, replies, learned, threads, parent)
     return 0
 
 

@@ -212,6 +212,11 @@ class WarmProcess:
                     self.failed = True  # it forks no more: this job and the next start as new processes
                     log.warning("warm process %s stopped: %s; jobs start as new processes",
                                 self.process.pid, message["error"])
+                elif "refused" in message:
+                    # This one fork failed (the warm process goes on): that job starts as a new process.
+                    self._started[message["id"]] = None
+                    log.warning("warm process %s: %s; the job starts as a new process", self.process.pid,
+                                message["refused"])
                 elif "exited" in message:
                     self.codes[message["exited"]] = message["code"]
                     self._children.discard(message["exited"])
