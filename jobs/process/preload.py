@@ -222,7 +222,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else 1
     _write(replies, {"ready": os.getpid(), "seconds": round(time.monotonic() - started, 2)})
     learned = os.pipe()
-    server, parent = Server(requests, replies, learned[0], args.idle), os.getpid()
+    server = Server(requests, replies, learned[0], args.idle)
+    parent = os.getpid()  # a forked job checks it is still this process's child
     try:
         request = server.serve()
     except BrokenPipeError:
