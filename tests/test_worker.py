@@ -17,7 +17,7 @@ import pytest
 
 from jobs.process.fake_runner import InProcessRunner, fake_subprocess_runner
 from jobs.queue import table as queue
-from jobs.queue.runner import Launch, SubprocessRunner
+from jobs.queue.runner import ForkedHandle, Launch, SubprocessRunner
 from jobs.queue.worker import Worker, detect_gpus
 from jobs.specs.run import TrainSpec
 from storage.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Run, utcnow
@@ -26,9 +26,14 @@ from workbench.services import runs
 
 
 @pytest.fixture(params=[False, True], ids=["new-process", "forked"])
-def job_runner(request):
-    """The subprocess runner both ways a job starts: as a new process, and forked from a warm one."""
-    return fake_subprocess_runner(preload=request.param)
+def job_runner(request, tmp_path):
+    """The subprocess runner both ways a job starts: as a new process, and forked from a warm one (started here
+    and ready: a launch does not wait for it)."""
+    runner = fake_subprocess_runner(preload=request.param)
+    if request.param:
+        warm = runner.warm_up(dict(os.environ), tmp_path)
+        assert warm is not None and wait_until(lambda: warm.ready, timeout=120)
+    return runner
 
 
 def _run(wb, run_id) -> Run:
@@ -138,6 +143,41 @@ def test_heartbeat_renews_the_lease_of_running_runs(qwb, job_runner):
     assert run.status == RUNNING and run.heartbeat_at == later and run.attempts == 1
     worker.shutdown()  # hands the run back for the next worker
     assert _run(qwb, run_id).status == QUEUED
+
+
+def test_each_run_claimed_in_a_pass_gets_the_time_of_its_own_claim(qwb):
+    """A launch takes a moment (a process to start, a warm process to answer): the second run of a pass is claimed
+    after the first one's launch, and its lease starts then, not at the start of the pass."""
+    class Slow:
+        def launch(self, job, env):
+            time.sleep(1.5)
+            return type("Running", (), {"pid": os.getpid(), "poll": lambda self: None, "kill": lambda self: None})()
+
+    first, second = _submit(qwb, "fake:hang"), _submit(qwb, "fake:hang")
+    worker = Worker(qwb, Slow(), max_jobs=2, gpus=[])
+    t0 = utcnow() - dt.timedelta(hours=1)
+    assert worker.loop_once(now=t0) == 2
+    one, two = _run(qwb, first), _run(qwb, second)
+    assert one.heartbeat_at - t0 < dt.timedelta(seconds=1)
+    assert two.heartbeat_at - t0 >= dt.timedelta(seconds=1.5) and two.started_at == two.heartbeat_at
+    worker.slots.clear()
+
+
+def test_a_forked_run_goes_on_when_its_warm_process_dies(qwb, tmp_path):
+    """The OOM killer or a user ends the warm process in the middle of a run: the run is the worker's, not the warm
+    process's, and ends as it would have (before, it was killed with it and recorded as out of memory)."""
+    runner = fake_subprocess_runner(preload=True)
+    warm = runner.warm_up(dict(os.environ), tmp_path)
+    assert warm is not None and wait_until(lambda: warm.ready, timeout=120)
+    run_id = _submit(qwb, "fake:steps:30:0.1")
+    worker = Worker(qwb, runner, gpus=[])
+    assert wait_until(lambda: (_run(qwb, run_id).step or 0) >= 3, timeout=60, step=worker.loop_once)
+    assert isinstance(worker.slots[run_id].handle, ForkedHandle)
+    os.kill(warm.process.pid, signal.SIGKILL)
+    assert wait_until(_finished(qwb, run_id), timeout=60, step=worker.loop_once)
+    run = _run(qwb, run_id)
+    assert not warm.alive and run.status == SUCCEEDED, run.error
+    assert wait_until(lambda: not worker.slots, timeout=10, step=worker.loop_once)
 
 
 def test_a_run_that_cannot_start_fails_and_the_worker_continues(qwb):

@@ -33,6 +33,7 @@ from jobs.queue.failures import describe_exception, is_peer_loss, log_tail
 from jobs.predict.spec import ModelRef, PredictSpec
 from jobs.progress import Cancelled
 from jobs.queue.runner import PROCESS_LOG, die_with_launcher
+from jobs.process.preload import FORKED_ENV
 from jobs.specs.run import RunSpec
 from jobs.queue.states import ACTIVE
 from jobs.tracking.mirror import open_mirror
@@ -46,9 +47,11 @@ from storage.settings import Settings
 
 log = logging.getLogger("jobs.process.run_job")
 
-# What a warm process imports before it forks its first job (``jobs.process.preload``): what every job imports
-# (training, prediction, evaluation, export, labelling); it learns the rest from the jobs it runs.
-PRELOAD = ("torch", "transformers:AutoConfig", "transformers:AutoTokenizer")
+# What a warm process imports before it forks its first job (``jobs.process.preload``): what a training or an
+# evaluation job imports. It learns the rest from the jobs it runs, but only modules of the packages it already
+# holds, so this list also bounds what it learns (onnxruntime, for one, stays the export jobs' own import).
+PRELOAD = ("torch", "transformers:AutoConfig", "transformers:AutoTokenizer", "transformers:Trainer",
+           "jobs.training.engine", "jobs.predict.evaluate")
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_ORPHANED, EXIT_PRUNED = 0, 2, 3, 4, 5
 WRITE_INTERVAL_S = 1.0
 
@@ -84,6 +87,7 @@ class DbReporter:
         self.db, self.run_id, self.attempt, self.interval = db, run_id, attempt, interval
         self.enabled = _is_rank_zero()
         self._parent = os.getppid()
+        self._forked = os.environ.get(FORKED_ENV) == "1"
         self.orphaned = False
         self._last_write = 0.0
         self._last_cancel_check = 0.0
@@ -156,9 +160,10 @@ class DbReporter:
         now = time.monotonic()
         if now - self._last_cancel_check >= self.interval:
             self._last_cancel_check = now
-            if os.getppid() != self._parent:
+            if os.getppid() != self._parent and not self._forked:
                 # The worker died and PDEATHSIG was unavailable: stop at a checkpoint and leave the run
-                # to whichever worker takes over its lease.
+                # to whichever worker takes over its lease. (A job forked from a warm process outlives that
+                # process, and dies with the worker's through a pipe: jobs.process.preload.)
                 self.orphaned = True
             with self.db.session() as session:
                 row = session.execute(select(Run.cancel_requested, Run.attempts, Run.status)

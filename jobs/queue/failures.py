@@ -77,6 +77,11 @@ def is_peer_loss(exc: BaseException) -> bool:
     return type(exc).__name__ == "DistBackendError" or bool(_PEER_LOSS.search(str(exc)))
 
 
+# The exit status of a job whose warm process ended before it did (jobs.queue.runner.ForkedHandle): nobody can
+# read it any more. Not a status a process can exit with (0-255, or minus a signal).
+EXIT_UNKNOWN = 1000
+
+
 def describe_exit(returncode: int, tail: str, cancel_requested: bool = False) -> str:
     """A sentence for a training process that ended without recording its result."""
     if _OOM.search(tail):
@@ -87,6 +92,9 @@ def describe_exit(returncode: int, tail: str, cancel_requested: bool = False) ->
         rank, code = int(root.group(1)), int(root.group(2))
         return describe_exit(code, "", cancel_requested).replace("the training process",
                                                                  f"the training process of rank {rank}", 1)
+    if returncode == EXIT_UNKNOWN:
+        return ("the training process ended without recording a result, and its exit status is unknown: the warm "
+                "process that had started it ended first (workers/warm-process.log) — see the log")
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name

@@ -21,14 +21,18 @@ import json
 import logging
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Mapping, Optional, Protocol, Sequence
+
+from jobs.queue import failures
 
 log = logging.getLogger(__name__)
 
@@ -167,33 +171,57 @@ class PortPicker:
         raise OSError("no free TCP port for the training processes' rendezvous")
 
 
-# How long a launch waits for a warm process to finish its imports before it starts the job as a new process.
-WARM_START_TIMEOUT_S = 60.0
-# How long a launch waits for a warm process to answer a fork: milliseconds, or the seconds it takes to import what
-# earlier jobs imported. One that does not answer in this time is stopped (an import that hangs), its jobs with it.
-FORK_REPLY_TIMEOUT_S = 120.0
+# How long a launch waits for a warm process that is still importing (about 5 s of CPU), far below a lease
+# (WORKBENCH_LEASE_SECONDS, 60 by default): the worker's loop sends no heartbeat meanwhile. Waiting rather than
+# starting the job as a new process at once spares a small machine the same imports twice; past it, the job
+# starts as a new process and the next one is forked.
+WARM_READY_WAIT_S = 15.0
+# How long a launch waits for a warm process to answer a fork: milliseconds, or as long as one module it is learning
+# takes to import. The request carries this deadline, and a warm process refuses a request it reads after it, so
+# a job is never started twice; one that does not answer in time forks no more (an import that hangs).
+FORK_REPLY_TIMEOUT_S = 10.0
+_FORK_REPLY_GRACE_S = 5.0
+# A child's exit status when its warm process ended before reporting it (the job was followed through its pidfd).
+EXIT_UNKNOWN = failures.EXIT_UNKNOWN
+_ALIVE: Optional[tuple[int, int]] = None  # see _alive_fd
+
+
+def _alive_fd() -> int:
+    """The read end of a pipe whose write end only this process holds: a forked job kills itself when it closes,
+    so jobs die with this process (however it dies) and not with their warm process."""
+    global _ALIVE
+    if _ALIVE is None:
+        _ALIVE = os.pipe()  # not inheritable: only the warm processes get the read end (pass_fds)
+    return _ALIVE[0]
 
 
 class WarmProcess:
     """The worker's side of ``jobs.process.preload``: a process that has imported a job module and torch once
-    and forks a child per job. It dies with this process (PDEATHSIG, see ``_Starter``), and its children die with
-    it; it exits by itself after some idle minutes."""
+    and forks a child per job. It dies with this process (PDEATHSIG, see ``_Starter``); its children die with this
+    process too (``_alive_fd``), but not with it: when it ends alone they run on, and their handles follow them
+    through a pidfd. It exits by itself after some idle minutes, or once it may no longer fork (an import started
+    a thread, or its code changed on disk: ``stale``)."""
 
     def __init__(self, module: str, env: Mapping[str, str], log_path: Path):
         self.env = dict(env)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        alive = _alive_fd()
         with open(log_path, "ab") as logfile:
-            self.process = subprocess.Popen([sys.executable, "-m", "jobs.process.preload", module], env=self.env,
+            self.process = subprocess.Popen([sys.executable, "-m", "jobs.process.preload", module,
+                                             "--alive-fd", str(alive)], env=self.env,
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logfile,
-                                            start_new_session=True,
+                                            start_new_session=True, pass_fds=(alive,),
                                             preexec_fn=_die_with_parent if _LIBC is not None else None,
                                             close_fds=True)
         self.codes: dict[int, int] = {}  # exit codes of the children that ended, as Popen.returncode
         self.ready = False
         self.alive = True
-        self.failed = False  # it ended before its imports were done
+        self.failed = False  # it ended before its imports were done, or it forks no more
+        self.stale = False  # its code changed on disk: a new warm process will do
+        self.learned: set[str] = set()  # the modules it imported for the jobs to come
         self._children: set[int] = set()
-        self._started: dict[int, int] = {}
+        self._pidfds: dict[int, int] = {}
+        self._started: dict[int, Optional[int]] = {}
         self._next_id = 0
         self._cond = threading.Condition()
         threading.Thread(target=self._read, name=f"warm-process-{self.process.pid}", daemon=True).start()
@@ -205,62 +233,109 @@ class WarmProcess:
             except ValueError:
                 continue
             with self._cond:
-                if "ready" in message:
-                    self.ready = True
-                    log.info("warm process %s: imports done in %s s", self.process.pid, message.get("seconds"))
-                elif "error" in message:
-                    self.failed = True  # it forks no more: this job and the next start as new processes
-                    log.warning("warm process %s stopped: %s; jobs start as new processes",
-                                self.process.pid, message["error"])
-                elif "refused" in message:
-                    # This one fork failed (the warm process goes on): that job starts as a new process.
-                    self._started[message["id"]] = None
-                    log.warning("warm process %s: %s; the job starts as a new process", self.process.pid,
-                                message["refused"])
-                elif "exited" in message:
-                    self.codes[message["exited"]] = message["code"]
-                    self._children.discard(message["exited"])
-                elif "id" in message:
-                    # Its child before anything else: the child's exit may be the next line.
-                    self._children.add(message["pid"])
-                    self._started[message["id"]] = message["pid"]
+                self._take(message)
                 self._cond.notify_all()
-        # The warm process is gone; PDEATHSIG killed its children, and a child it had not reported yet is
-        # killed here too, so that a run it held is never seen as ended while it still writes.
+        # The warm process is gone. Its children run on (they die with this process, not with it); the exits
+        # it did not report are read from their pidfds (``ended``).
         with self._cond:
             self.alive = False
             self.failed = self.failed or not self.ready
-            for pid in self._children:
-                kill_tree(pid)
-                self.codes.setdefault(pid, -signal.SIGKILL)
-            self._children.clear()
             self._cond.notify_all()
         self.process.wait()
 
-    def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[int]:
-        """The pid of a child running the module with ``args``, or None when this process cannot fork one now."""
+    def _take(self, message: dict) -> None:
+        if "ready" in message:
+            self.ready = True
+            log.info("warm process %s: imports done in %s s", self.process.pid, message.get("seconds"))
+        elif "learned" in message:
+            self.learned.add(message["learned"])
+        elif "stale" in message:
+            self.stale = True  # it forks no more; the job starts as a new process and the next one gets a new one
+            self._started[message["id"]] = None
+            log.warning("warm process %s: %s; jobs start from a new warm process", self.process.pid,
+                        message["stale"])
+        elif "error" in message:
+            self.failed = True  # it forks no more: this job and the next start as new processes
+            if "id" in message:
+                self._started[message["id"]] = None
+            log.warning("warm process %s stopped: %s; jobs start as new processes", self.process.pid,
+                        message["error"])
+        elif "refused" in message:
+            # This one fork failed or came too late (the warm process goes on): that job starts as a new process.
+            self._started[message["id"]] = None
+            log.warning("warm process %s: %s; the job starts as a new process", self.process.pid, message["refused"])
+        elif "exited" in message:
+            pid = message["exited"]
+            self.codes[pid] = EXIT_UNKNOWN if message["code"] is None else message["code"]
+            self._children.discard(pid)
+            pidfd = self._pidfds.pop(pid, None)
+            if pidfd is not None:
+                os.close(pidfd)
+        elif "id" in message:
+            # Its child before anything else: the child's exit may be the next line. The child waits for the
+            # warm process to have answered, so it is alive (or a zombie) now, and the pidfd is its.
+            pid = message["pid"]
+            self._children.add(pid)
+            try:
+                self._pidfds[pid] = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                pass  # gone already (its exit comes next), or no pidfd here
+            self._started[message["id"]] = pid
+
+    def ended(self, pid: int) -> Optional[int]:
+        """A child's exit code; None while it runs. After the warm process died, a child that has ended
+        gives ``EXIT_UNKNOWN``."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self.ready or not self.alive, WARM_START_TIMEOUT_S) or \
-                    not self.alive or self.failed:
+            if pid in self.codes:
+                return self.codes[pid]
+            if self.alive or not self.exited(pid):
+                return None
+            fd = self._pidfds.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
+            self.codes[pid] = EXIT_UNKNOWN
+            return EXIT_UNKNOWN
+
+    def exited(self, pid: int) -> bool:
+        """Whether a child has ended (its exit reported, or its pidfd readable: a pidfd reads ready once its process
+        has ended, reaped or not)."""
+        with self._cond:
+            if pid in self.codes:
+                return True
+            pidfd = self._pidfds.get(pid)
+            if pidfd is None:
+                return not self.alive  # no pidfd here: only the warm process could tell, and it is gone
+            readable, _, _ = select.select([pidfd], [], [], 0)
+            return bool(readable)
+
+    def fork(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> Optional[int]:
+        """The pid of a child running the module with ``args``, or None when this process cannot fork one now
+        (still importing after ``WARM_READY_WAIT_S``: the job starts as a new process, and the next one will be
+        forked). Waits for an answer at most ``FORK_REPLY_TIMEOUT_S`` and a grace."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.ready or not self.alive or self.failed, WARM_READY_WAIT_S)
+            if not (self.ready and self.alive) or self.failed or self.stale:
                 return None
             self._next_id += 1
             request_id = self._next_id
             request = {"id": request_id, "args": list(args), "env": dict(env), "log": str(log_path),
-                       "cwd": os.getcwd()}
+                       "cwd": os.getcwd(), "deadline": time.monotonic() + FORK_REPLY_TIMEOUT_S}
             try:
                 self.process.stdin.write((json.dumps(request) + "\n").encode())
                 self.process.stdin.flush()
             except OSError:
                 return None
-            if not self._cond.wait_for(lambda: request_id in self._started or not self.alive or self.failed,
-                                       FORK_REPLY_TIMEOUT_S):
-                log.warning("warm process %s did not answer a fork; stopping it", self.process.pid)
-                self.close()
+            if not self._cond.wait_for(lambda: request_id in self._started or not self.alive,
+                                       FORK_REPLY_TIMEOUT_S + _FORK_REPLY_GRACE_S):
+                # Past its deadline it refuses the request, so the job is not started twice. Its running jobs go on.
+                log.warning("warm process %s did not answer a fork in %.0f s; jobs start as new processes",
+                            self.process.pid, FORK_REPLY_TIMEOUT_S)
+                self.failed = True
                 return None
             return self._started.pop(request_id, None)
 
     def close(self) -> None:
-        """Stop the warm process (its children die with it)."""
+        """Stop the warm process. Its children run on (they die with this process)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -268,16 +343,18 @@ class WarmProcess:
 
 
 class ForkedHandle:
-    """A job forked by a ``WarmProcess``: not this process's child, so its exit code comes from the warm process."""
+    """A job forked by a ``WarmProcess``: not this process's child, so its exit code comes from the warm process,
+    or, once that has ended, from the job's pidfd (``EXIT_UNKNOWN``)."""
 
     def __init__(self, pid: int, warm: WarmProcess):
         self.pid, self.warm = pid, warm
 
     def poll(self) -> Optional[int]:
-        return self.warm.codes.get(self.pid)
+        return self.warm.ended(self.pid)
 
     def kill(self) -> None:
-        kill_tree(self.pid)
+        if not self.warm.exited(self.pid):  # an ended job's pid may be someone else's by now
+            kill_tree(self.pid)
 
 
 class SubprocessRunner:
@@ -341,11 +418,18 @@ class SubprocessRunner:
         log.info("run %s attempt %s: started pid %s on %s", job.run_id, job.attempt, process.pid, job.device)
         return ProcessHandle(process)
 
-    def _fork(self, job: Launch, env: Mapping[str, str], child_env: Mapping[str, str]) -> Optional[int]:
-        """Fork ``job`` from this process's warm process for the job module and environment (``warm_process``);
-        None when the job must start as a new process."""
+    def warm_up(self, env: Mapping[str, str], log_dir: Path) -> Optional[WarmProcess]:
+        """The warm process that CPU jobs launched with ``env`` are forked from, started if there is none (it
+        imports in the background: a job launched before it is ready starts as a new process); None when none
+        can be had. ``log_dir`` takes its log unless the runner has a ``log_dir``."""
         warm_env = {**env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-        warm = self._warm = warm_process(self.module, warm_env, self.log_dir or job.output_dir.parent)
+        self._warm = warm_process(self.module, warm_env, self.log_dir or log_dir)
+        return self._warm
+
+    def _fork(self, job: Launch, env: Mapping[str, str], child_env: Mapping[str, str]) -> Optional[int]:
+        """Fork ``job`` from this process's warm process for the job module and environment (``warm_up``);
+        None when the job must start as a new process."""
+        warm = self.warm_up(env, job.output_dir.parent)
         if warm is None:
             return None
         return warm.fork(self.argv(job)[3:], child_env, job.output_dir / PROCESS_LOG)
@@ -359,6 +443,9 @@ _WARM: dict[tuple, WarmProcess] = {}
 # Variables besides the settings that no library reads at import: pytest's name of the test running, which changes
 # with every test of a process that would otherwise share one warm process.
 NOT_READ_AT_IMPORT = frozenset({"PYTEST_CURRENT_TEST"})
+# MLflow's variables, which the server sets for its mirror when a mirror runs (jobs.tracking.mirror): MLflow is never
+# imported by a warm process (a package it does not hold is never learned, see jobs.process.preload).
+NOT_READ_AT_IMPORT_PREFIXES = ("WORKBENCH_", "MLFLOW_")
 _UNWARMABLE: set[tuple] = set()
 _WARM_LOCK = threading.Lock()
 _STARTER: Optional["_Starter"] = None
@@ -395,14 +482,17 @@ def warm_process(module: str, env: Mapping[str, str], log_dir: Path) -> Optional
     one cannot be had (it could not import what the jobs need, or an import started a thread)."""
     global _STARTER
     key = (module, tuple(sorted((k, v) for k, v in env.items()
-                                if not k.startswith("WORKBENCH_") and k not in NOT_READ_AT_IMPORT)))
+                                if not k.startswith(NOT_READ_AT_IMPORT_PREFIXES) and k not in NOT_READ_AT_IMPORT)))
     with _WARM_LOCK:
+        for other, known in list(_WARM.items()):
+            if other != key and not known.alive:
+                del _WARM[other]  # ended: its jobs are followed through their handles
         warm = _WARM.get(key)
         if warm is not None and warm.failed:
             _UNWARMABLE.add(key)
         if key in _UNWARMABLE:
             return None
-        if warm is None or not warm.alive:
+        if warm is None or not warm.alive or warm.stale:
             try:
                 _STARTER = _STARTER or _Starter()
                 warm = _WARM[key] = _STARTER.start(module, env, log_dir / "warm-process.log")

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -202,19 +203,26 @@ class Worker:
 
     def _claim_and_launch(self, now: dt.datetime) -> int:
         launched = 0
+        # Each claim takes the time it is made at (a launch takes a moment, and a claim's lease starts then):
+        # the pass's time plus what has passed since.
+        started = time.monotonic()
+
+        def at() -> dt.datetime:
+            return now + dt.timedelta(seconds=time.monotonic() - started)
+
         # The lane first: a short job that finds it free leaves the main slots to training runs. Each claim is
         # queue.claim's one conditional UPDATE; the lane's claim only narrows it to the short kinds.
         while self._in_lane(True) < self.short_jobs:
-            claimed = queue.claim(self.wb.db, self.worker_id, now, self.only_runs, kinds=SHORT_KINDS)
+            claimed = queue.claim(self.wb.db, self.worker_id, at(), self.only_runs, kinds=SHORT_KINDS)
             if claimed is None:
                 break
-            self._launch(claimed, now, short=True)
+            self._launch(claimed, at(), short=True)
             launched += 1
         while self._in_lane(False) < self.max_jobs and (not self.gpus or self._free_gpus()):
-            claimed = queue.claim(self.wb.db, self.worker_id, now, self.only_runs)
+            claimed = queue.claim(self.wb.db, self.worker_id, at(), self.only_runs)
             if claimed is None:
                 break
-            self._launch(claimed, now)
+            self._launch(claimed, at())
             launched += 1
         return launched
 
