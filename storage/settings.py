@@ -77,12 +77,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cpu_procs", 1, "Data-parallel training processes per run on a worker without GPUs (DDP with the gloo "
             "backend; `workbench worker --procs N`). A run spec's `procs` overrides it. Each process gets "
             "cores/N threads.", int),
-    Setting("preload_jobs", False, "Start each CPU job of one process by forking it from a warm process that has "
+    Setting("preload_jobs", True, "Start each CPU job of one process by forking it from a warm process that has "
             "imported torch and transformers once, instead of a new Python process that imports them again (a "
             "small job ends in about half the time). The warm process holds about 0.5 GB while jobs come and exits "
-            "after 5 idle minutes. Off by default: while it has known faults (a warm process that dies takes its "
-            "running jobs with it; a code upgrade needs a restart), jobs start as new processes (docs/runs-and-queue.md, "
-            "\"How a job starts\").", _bool),
+            "after 5 idle minutes. A job forked from it dies with the worker's process, not with the warm process; a "
+            "launch waits for its imports at most 15 s (then the job starts as a new process). `false`: every "
+            "job starts as a new process (docs/runs-and-queue.md, \"How a job starts\").", _bool),
     Setting("max_upload_mb", 2048, "Largest dataset file accepted, in MB. Files are read as a stream, so this bounds "
             "disk use, not memory.", int),
     Setting("heartbeat_seconds", 5.0, "How often a worker records that a running job is alive.", float),
