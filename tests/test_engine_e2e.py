@@ -294,6 +294,53 @@ def test_cancel_saves_a_checkpoint_and_a_second_call_resumes_to_the_same_total(t
     assert second.steps[0][0] == 6 and metrics["steps"] == first.facts["total_steps"] == 16
 
 
+def test_resume_only_checkpoints_are_paced_but_a_cancel_and_a_selected_one_are_always_written(tiny, tmp_path,
+                                                                                              monkeypatch):
+    """A checkpoint that only serves a resume is written when the training since the last one took ``CHECKPOINT_PACE``
+    times as long as writing that one. Paced here so that only the first is ever due: one checkpoint of 4 epochs,
+    the cancel's all the same, and every epoch's where the best is selected at the end."""
+    from jobs.training import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "CHECKPOINT_PACE", 1e9)
+    records, validation = classification_records(32), classification_records(8, 1)
+    (tmp_path / "last").mkdir()
+    (tmp_path / "best").mkdir()
+    last = _spec("text-classification", tmp_path / "last", records, validation, tiny, epochs=4, batch_size=8,
+                 select_by="last")
+    metrics = run_training(last, tmp_path / "last" / "run", RecordingReporter())
+    assert metrics["steps"] == 16 and metrics["checkpoints"] == 1
+    assert [p.name for p in (tmp_path / "last" / "run" / "checkpoints").iterdir()] == ["checkpoint-4"]
+    with pytest.raises(Cancelled):
+        run_training(last, tmp_path / "last" / "cancelled", RecordingReporter(cancel_after_step=9))
+    saved = sorted(p.name for p in (tmp_path / "last" / "cancelled" / "checkpoints").iterdir())
+    assert saved == ["checkpoint-4", "checkpoint-9"]  # the first epoch's, then the cancel's
+    best = _spec("text-classification", tmp_path / "best", records, validation, tiny, epochs=4, batch_size=8,
+                 select_by="metric")
+    assert run_training(best, tmp_path / "best" / "run", RecordingReporter())["checkpoints"] == 4
+
+
+def test_a_resume_only_checkpoint_waits_until_the_training_since_the_last_took_ten_times_its_writing():
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from jobs.training.trainer import CheckpointPace, PaceCheckpoints
+
+    now = [0.0]
+    pace = CheckpointPace(ratio=10.0, clock=lambda: now[0])
+    assert pace.due()  # the first one always is
+    pace.saved(2.0)
+    now[0] = 19.9
+    assert not pace.due()
+    resume_only = SimpleNamespace(load_best_model_at_end=False, world_size=1, device="cpu")
+    control = PaceCheckpoints(pace).on_epoch_end(resume_only, None, TrainerControl(should_save=True))
+    assert control.should_save is False and pace.skipped == 1
+    selected = SimpleNamespace(load_best_model_at_end=True, world_size=1, device="cpu")
+    assert PaceCheckpoints(pace).on_step_end(selected, None, TrainerControl(should_save=True)).should_save
+    now[0] = 20.0
+    assert PaceCheckpoints(pace).on_step_end(resume_only, None, TrainerControl(should_save=True)).should_save
+
+
 def test_nan_loss_is_a_training_error(tiny, tmp_path):
     spec = _spec("text-classification", tmp_path, classification_records(64), classification_records(8, 1), tiny,
                  epochs=2, learning_rate=1e30)

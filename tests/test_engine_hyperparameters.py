@@ -2,7 +2,7 @@
 import pytest
 
 from jobs.training.catalogue import ModelInfo
-from jobs.specs.hyperparameters import QUICK_MAX_EXAMPLES, resolve_hyperparameters
+from jobs.specs.hyperparameters import QUICK_MAX_EXAMPLES, paced_checkpoints, resolve_hyperparameters
 from jobs.specs.run import DataSpec, LoraSpec, RunSpec, TrainSpec
 
 SMALL = ModelInfo("mini", "x", "bert", 6, 384, 12, 22_700_000)
@@ -310,3 +310,12 @@ def test_the_why_line_says_the_epochs_max_steps_really_make():
     assert resolve_hyperparameters(_spec(max_steps=170, batch_size=8), SMALL, 544)["why"].startswith(
         "544 examples: 170 steps (2.5 epochs), lr ")
     assert steps_and_epochs(408, 12.0, by_steps=False) == "12 epoch(s), 408 steps"
+
+
+def test_an_estimate_counts_the_resume_only_checkpoints_a_run_will_write():
+    # the first, then one per 10 times a checkpoint's writing time of training (jobs.specs.hyperparameters)
+    assert paced_checkpoints(8, train_seconds=10.0, checkpoint_seconds=2.0) == 1
+    assert paced_checkpoints(8, train_seconds=45.0, checkpoint_seconds=2.0) == 3
+    assert paced_checkpoints(8, train_seconds=1000.0, checkpoint_seconds=2.0) == 8
+    assert paced_checkpoints(8, train_seconds=10.0, checkpoint_seconds=0.0) == 8  # nothing known yet: as planned
+    assert paced_checkpoints(1, train_seconds=0.0, checkpoint_seconds=2.0) == 1

@@ -72,6 +72,18 @@ def test_past_runs_calibrate_train_evaluation_checkpoints_and_start_up(wb):
     assert est["seconds"] == 226.0 and est["low"] == pytest.approx(113.0) and est["high"] == pytest.approx(452.0)
 
 
+def test_resume_only_checkpoints_are_estimated_as_the_engine_paces_them(wb):
+    """A run that selects no checkpoint writes one only once the training since the last took 10 times as long as
+    writing it (jobs.specs.hyperparameters.CHECKPOINT_PACE): with 20 s a checkpoint and 150 s of training, one."""
+    _past_run(wb, _dataset(wb, "old", 40.0), checkpoint_seconds=20.0)
+    new = _dataset(wb, "new", 40.0)
+    selected = estimates.estimate_run(wb, _spec(new))
+    assert selected["parts"]["train"] == 150.0 and selected["parts"]["checkpoints"] == 60.0  # 3 epochs, each kept
+    last = RunSpec(task="text-classification", data=DataSpec(dataset_id=new),
+                   train=TrainSpec(preset="standard", select_by="last"))
+    assert estimates.estimate_run(wb, last)["parts"]["checkpoints"] == 20.0
+
+
 def _stepped_run(wb, dataset_id: str, step_seconds: float, batch: int = 8, steps: int = 100, **changes) -> None:
     """A past run that recorded its steps: ``steps`` of ``batch`` examples, ``step_seconds`` each."""
     _past_run(wb, dataset_id, steps=steps, train_seconds=steps * step_seconds + 7.0,

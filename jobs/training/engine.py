@@ -264,8 +264,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     from transformers import EarlyStoppingCallback
 
     from jobs.specs.hyperparameters import LEARNED_LOSS
-    from jobs.training.trainer import (MetricThenLater, ReporterCallback, ShareCoresWithLane, StopWhenLearned,
-                                       WorkbenchTrainer, training_arguments)
+    from jobs.training.trainer import (CheckpointPace, MetricThenLater, PaceCheckpoints, ReporterCallback,
+                                       ShareCoresWithLane, StopWhenLearned, WorkbenchTrainer, training_arguments)
 
     prepared = built.prepared
     selected_by, greater = ((prepared.main_metric, prepared.greater_is_better) if hp["select_by"] != "loss"
@@ -273,7 +273,8 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
     args = training_arguments(str(checkpoints), hp, device, len(prepared.train_dataset), selected_by, greater,
                               prepared.label_names or ["labels"])
     callback = ReporterCallback(reporter)
-    callbacks = [callback]
+    pace = CheckpointPace()
+    callbacks = [PaceCheckpoints(pace), callback]  # pacing first: a cancel's checkpoint is always written
     if device == "cpu" and os.environ.get(LANE_MARKER_ENV):
         callbacks.append(ShareCoresWithLane())
     if selected_by != "loss":
@@ -287,6 +288,7 @@ def _build_trainer(built: _Built, hp: dict, device: str, checkpoints: Path, repo
                                train_dataset=prepared.train_dataset, eval_dataset=prepared.eval_dataset,
                                processing_class=built.tokenizer, compute_metrics=prepared.compute_metrics,
                                compute_loss_func=loss_func, callbacks=callbacks, strata=prepared.strata,
+                               checkpoint_pace=pace,
                                phase_listener=lambda name, done, total: report_phase(reporter, name, done, total))
     return trainer, callback
 

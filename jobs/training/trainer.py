@@ -16,7 +16,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from jobs.progress import EVALUATING, PREPARING, SAVING_CHECKPOINT, TRAINING, Reporter
-from jobs.specs.hyperparameters import evaluations_during_training
+from jobs.specs.hyperparameters import CHECKPOINT_PACE, evaluations_during_training, selects_checkpoint
 from jobs.training.sampling import BucketedSampler
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,12 @@ class WorkbenchTrainer(Trainer):
     """
 
     def __init__(self, *args, strata: Optional[list[int]] = None,
-                 phase_listener: Optional[Callable[[str, Optional[int], Optional[int]], None]] = None, **kwargs):
+                 phase_listener: Optional[Callable[[str, Optional[int], Optional[int]], None]] = None,
+                 checkpoint_pace: Optional["CheckpointPace"] = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.strata = strata
         self.phase_listener = phase_listener
+        self.checkpoint_pace = checkpoint_pace
         self.reset_timings()
         self._in_train = False
         self._eval_done = self._eval_total = 0
@@ -113,8 +115,11 @@ class WorkbenchTrainer(Trainer):
         try:
             return super()._save_checkpoint(*args, **kwargs)
         finally:
-            self.checkpoint_seconds += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.checkpoint_seconds += took
             self.checkpoints += 1
+            if self.checkpoint_pace is not None:
+                self.checkpoint_pace.saved(took)
             self._after_phase()
 
     def _get_train_sampler(self, train_dataset=None):
@@ -146,6 +151,52 @@ def _batch_length(inputs) -> int:
         if shape:
             return int(shape[0])
     return 0
+
+
+class CheckpointPace:
+    """When the last checkpoint was written and how long it took (``WorkbenchTrainer`` tells it); ``due()`` says
+    whether the next one is worth its time. The first one always is."""
+
+    def __init__(self, ratio: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+        self.ratio, self.clock = CHECKPOINT_PACE if ratio is None else ratio, clock
+        self.last_took: Optional[float] = None
+        self.last_end: Optional[float] = None
+        self.skipped = 0
+
+    def saved(self, took: float) -> None:
+        self.last_took, self.last_end = took, self.clock()
+
+    def due(self) -> bool:
+        return self.last_end is None or self.clock() - self.last_end >= self.ratio * (self.last_took or 0.0)
+
+
+class PaceCheckpoints(TrainerCallback):
+    """Skips a checkpoint the schedule asks for when it only serves a resume and is not due (``CheckpointPace``).
+    Runs before ``ReporterCallback``: the checkpoint of a cancel is always written. A checkpoint that selection may
+    pick (``load_best_model_at_end``) is always written. Every rank follows the same decision."""
+
+    def __init__(self, pace: CheckpointPace):
+        self.pace = pace
+
+    def _pace(self, args, state, control):
+        if not control.should_save or args.load_best_model_at_end:
+            return control
+        due = self.pace.due()
+        if args.world_size > 1:
+            due = any_rank(due, args.device)
+        if not due:
+            control.should_save = False
+            self.pace.skipped += 1
+            if self.pace.skipped == 1:
+                log.info("checkpoints paced: writing one took %.1f s, so the next comes after %.0f s of training",
+                         self.pace.last_took or 0.0, self.pace.ratio * (self.pace.last_took or 0.0))
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._pace(args, state, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._pace(args, state, control)
 
 
 class ReporterCallback(TrainerCallback):
@@ -356,7 +407,7 @@ def training_arguments(output_dir: str, hp: dict, device: str, n_train: int, mai
     eval_steps = hp["eval_steps"] or (min(per_epoch, total) if by_steps else None)
     strategy = "steps" if by_steps else "epoch"
     evaluating = evaluations_during_training(hp, per_epoch) > 0  # see there: a single epoch is evaluated once
-    selecting = evaluating and hp.get("select_by", "metric") != "last"
+    selecting = selects_checkpoint(hp, per_epoch)
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=hp["batch_size"],

@@ -156,10 +156,13 @@ def run_plan(spec: RunSpec, parameters: int, n_train: int, n_validation: int,
     evaluations = hyperparameters.evaluations_during_training(hp, per_epoch)
     # a checkpoint at each evaluation (a small-data run without selection: every few); a single epoch still
     # saves one at its end. A run that learns its validation split early stops sooner than planned.
+    # Checkpoints that only serve a resume are paced (jobs.specs.hyperparameters.CHECKPOINT_PACE): how many are
+    # written depends on the training time, known only with the estimate (``_parts``).
     checkpoints = steps // hp["save_steps"] if hp.get("save_steps") else evaluations
     return {"train_examples": used, "examples_seen": int(examples), "steps": steps, "evaluations": evaluations,
             "checkpoints": checkpoints or math.ceil(hp["epochs"]), "validation_examples": n_validation, "hp": hp,
-            "method": method, "epochs": steps / per_epoch}
+            "method": method, "epochs": steps / per_epoch,
+            "paced": not hyperparameters.selects_checkpoint(hp, per_epoch)}
 
 
 CHUNK_OVERLAP = 4 / 3  # windows sharing a quarter of a window (the default stride) read a long text 4/3 times
@@ -373,6 +376,13 @@ def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
     return changes
 
 
+def _checkpoints(plan: dict[str, Any], train_seconds: float, checkpoint_seconds: float) -> int:
+    """The checkpoints the run will write: all it plans when one is selected at the end, else as paced."""
+    if not plan.get("paced"):
+        return plan["checkpoints"]
+    return hyperparameters.paced_checkpoints(plan["checkpoints"], train_seconds, checkpoint_seconds)
+
+
 def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Optional[float],
                 prior_per_token: float) -> dict[str, Any]:
     """The run's parts at no load, from the past runs: (point, low, high) of its training, and the
@@ -395,7 +405,8 @@ def _calibrated(plan: dict[str, Any], history: list[dict[str, Any]], tokens: Opt
     other = {k: statistics.median(r[k] for r in rates) for k in rates[0]}
     return {"train": (plan["steps"] * point, plan["steps"] * low, plan["steps"] * high),
             "evaluation": plan["validation_examples"] * (plan["evaluations"] + 1) * other["eval"],
-            "checkpoints": plan["checkpoints"] * other["checkpoint"], "fixed": other["fixed"], "fit": fit}
+            "checkpoints": _checkpoints(plan, plan["steps"] * point, other["checkpoint"]) * other["checkpoint"],
+            "fixed": other["fixed"], "fit": fit}
 
 
 def estimate_run(wb: Workbench, spec: RunSpec, *, n_train: Optional[int] = None,
