@@ -364,8 +364,9 @@ def test_short_token_is_refused(wb, random_models):
 
 
 @pytest.mark.parametrize("omp, expected", [("", "max(1, os.cpu_count() // 4)"), ("2", "2")])
-def test_serving_threads_leave_cores_to_training(omp, expected):
-    """Run in a child process: torch's thread count is process-wide."""
+def test_serving_threads_leave_cores_to_training(omp, expected, random_models):
+    """Run in a child process: torch's thread count is process-wide. The server chooses it at start without
+    importing torch; torch takes it when the first model loads."""
     import os
     import subprocess
     import sys
@@ -373,7 +374,10 @@ def test_serving_threads_leave_cores_to_training(omp, expected):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if omp:
         env["OMP_NUM_THREADS"] = omp
-    code = ("import os, torch; from workbench.playground.cache import configure_serving_threads as c; "
-            f"n = c(); assert n == torch.get_num_threads() == {expected}, n")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    code = ("import os, sys; from workbench.playground.cache import configure_serving_threads as c; "
+            "n = c(); assert 'torch' not in sys.modules; "
+            "from workbench.playground.predictors import Predictor; Predictor(sys.argv[1], 'text-classification'); "
+            f"import torch; assert n == torch.get_num_threads() == {expected}, n")
+    done = subprocess.run([sys.executable, "-c", code, str(random_models["cls"])], env=env, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

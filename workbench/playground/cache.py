@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Generic, Hashable, Protocol, TypeVar
+from typing import Callable, Generic, Hashable, Optional, Protocol, TypeVar
 
 from workbench.errors import ModelUnavailable
 
@@ -43,6 +44,11 @@ def pick_device(preference: str = "auto") -> str:
     return preference if preference.startswith("cuda") else "cuda"
 
 
+_SERVING_THREADS: Optional[int] = None  # chosen by configure_serving_threads, given to torch by apply_serving_threads
+_THREADS_APPLIED = False
+_THREADS_LOCK = threading.Lock()
+
+
 def configure_serving_threads() -> int:
     """Give this (server) process few torch threads, unless OMP_NUM_THREADS says otherwise; returns the count.
 
@@ -53,17 +59,34 @@ def configure_serving_threads() -> int:
     quarter of the cores (at least one) keeps requests fast; concurrent
     requests still spread over the cores through the server's thread pool.
     Process-wide, so call it only from server entry points, never from a library.
+
+    Torch takes the count when the first model loads (``apply_serving_threads``): a server that serves no
+    prediction never imports torch, which cost each start about 1.5 s of CPU and 250 MB.
     """
-    import os
-
-    import torch
-
-    if os.environ.get("OMP_NUM_THREADS"):
-        return torch.get_num_threads()
-    threads = max(1, (os.cpu_count() or 1) // 4)
-    torch.set_num_threads(threads)
+    global _SERVING_THREADS
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    threads = int(omp) if omp.isdigit() and int(omp) > 0 else max(1, (os.cpu_count() or 1) // 4)
+    _SERVING_THREADS = threads
     log.info("playground serving uses %d torch thread(s) per request", threads)
+    if "torch" in sys.modules:
+        apply_serving_threads()
     return threads
+
+
+def apply_serving_threads() -> None:
+    """Give torch the count ``configure_serving_threads`` chose, once, before a model serves; nothing in a process
+    that did not configure it (a job, a test)."""
+    global _THREADS_APPLIED
+    if _SERVING_THREADS is None or _THREADS_APPLIED:
+        return
+    with _THREADS_LOCK:
+        if _THREADS_APPLIED:
+            return
+        import torch
+
+        if not os.environ.get("OMP_NUM_THREADS"):  # else torch read it at import
+            torch.set_num_threads(_SERVING_THREADS)
+        _THREADS_APPLIED = True
 
 
 class ModelCache(Generic[T]):

@@ -168,6 +168,9 @@ class Predictor:
         import torch
         import transformers
 
+        from workbench.playground.cache import apply_serving_threads
+
+        apply_serving_threads()  # the server's thread count, before the first forward pass
         if kind not in KINDS:
             raise ConfigError(f"unknown playground kind {kind!r}")
         self.kind, self.device, self.model_dir = kind, device, Path(model_dir)
