@@ -59,12 +59,18 @@ class Playgrounds:
     def __init__(self, wb: Workbench, memory_mb: Optional[int] = None):
         self.wb = wb
         self.cache: ModelCache[Predictor] = ModelCache(memory_mb or wb.settings.playground_memory_mb)
-        self.device = pick_device(wb.settings.device)
+        self._device: Optional[str] = None  # chosen when the first model loads: torch is imported then, not at start
         self.slots = ForwardSlots(wb.settings.playground_concurrency, wb.settings.playground_queue)
         self.rate = RateLimit(wb.settings.playground_rate_limit)
         self.clients = ClientBounds(wb.settings.playground_max_in_flight, wb.settings.playground_token_budget)
         self._kinds: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            self._device = pick_device(self.wb.settings.device)
+        return self._device
 
     def target(self, slug: str, token: Optional[str] = None, check: bool = True) -> service.Target:
         target = service.get_target(self.wb, slug)
