@@ -205,6 +205,27 @@ def test_the_train_form_says_what_the_defaults_chose_for_a_small_dataset(wb):
     assert train_tab.form_from_spec(spec.to_dict())["method"] == "setfit"
 
 
+def test_the_chosen_presets_line_shows_the_same_time_as_the_estimate_above_it(wb, monkeypatch):
+    """The load is read once for the estimate and the presets' lines: a new walk saw "4m 03s – 18m 07s" above
+    "standard … about 2m 50s – 12m 24s", two readings of a load that moved between them."""
+    import itertools
+    import re
+    from pathlib import Path
+
+    from workbench.services import datasets as data_service
+    from workbench.services import estimates
+
+    data = Path(__file__).parent / "data" / "ui" / "sms_sample.csv"
+    dataset = data_service.import_dataset(wb, data, "text-classification", tokenizer=False)
+    loads = itertools.count(1)
+    monkeypatch.setattr(estimates, "current_load", lambda: dict.fromkeys(("now", "low", "high"), float(next(loads))))
+    facts = train_tab.model_facts(wb, RunSpec(task="text-classification", data=DataSpec(dataset_id=dataset.id),
+                                              train=TrainSpec()))
+    above = re.search(r"Estimated time on this CPU: \*\*(.+?)\*\*", facts).group(1)
+    chosen = re.search(r"- \*\*standard\*\*: .* — about (.+)", facts).group(1)
+    assert chosen.strip() == above and next(loads) == 2  # one reading, the first
+
+
 def test_run_header_and_table_put_the_baselines_beside_the_score(wb):
     run_id = _runs(wb, 1)[0]
     with wb.db.session() as session:

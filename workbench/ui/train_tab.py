@@ -155,12 +155,14 @@ def find_model(name: str):
     return catalogue.resolve_model(name)
 
 
-def preset_lines(wb, spec: RunSpec) -> list[str]:
-    """What each preset would do with this dataset and model: epochs, examples, expected time."""
+def preset_lines(wb, spec: RunSpec, load: dict[str, float] | None = None) -> list[str]:
+    """What each preset would do with this dataset and model: epochs, examples, expected time (at ``load``,
+    ``estimates.current_load``'s figures, read once when not given)."""
+    load = (estimates.current_load() or {}) if load is None else load
     lines = []
     for preset in PRESETS:
         variant = dataclasses.replace(spec, train=dataclasses.replace(spec.train, preset=preset))
-        est = estimates.estimate_run(wb, variant)
+        est = estimates.estimate_run(wb, variant, load=load)
         if est is None:
             return []
         used = f"{est['train_examples']:,}"
@@ -193,7 +195,10 @@ def model_facts(wb, spec: RunSpec) -> str:
              "↓ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
                                       else ""))
     lines = [f"**{info.name}** ({info.family}) · " + " · ".join(facts), where]
-    est = estimates.estimate_run(wb, spec) if info.parameters else None
+    # one reading of the load for the estimate and every preset's line: read twice, the share of niced work
+    # sampled a moment apart could make the chosen preset's line disagree with the estimate above it
+    load = estimates.current_load() or {}
+    est = estimates.estimate_run(wb, spec, load=load) if info.parameters else None
     if est is not None:
         parts = est["parts"]
         memory = catalogue.estimate_training(info.parameters, 0, 0, 1.0)["memory_mb"]
@@ -205,7 +210,7 @@ def model_facts(wb, spec: RunSpec) -> str:
             f"{fmt.format_duration(parts['fixed'] + parts['checkpoints'])}; about {memory:,} MB of memory "
             f"(lr {est['hp']['learning_rate']:g}, batch {est['hp']['batch_size']}). Based on {est['basis']}.")
         lines.append(f"What the defaults chose: {est['why']}.")
-        lines.extend(preset_lines(wb, spec))
+        lines.extend(preset_lines(wb, spec, load))
     return "  \n".join(lines)
 
 
