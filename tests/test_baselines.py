@@ -165,6 +165,25 @@ def test_a_run_that_ties_a_baseline_is_level_with_it_not_beating_it():
     assert "<b>⚠ This run is level with the TF-IDF" in fmt.baseline_html(metrics)
 
 
+def test_a_tie_on_few_examples_advises_a_larger_test_file_not_more_training():
+    """A new user's 300 tweets: 0.900 against frozen embeddings' 0.900 on 30 validation examples (p = 1.0) was
+    told to train longer or label more; on so few examples the tie says nothing either way."""
+    def tie_on(n):
+        train, validation = _records(200, 0, False, share_a=0.5), _records(n, 1, False, share_a=0.5)
+        fitted = baselines.fit(train, validation)
+        run = [fitted.labels[i] for i in fitted.predicted["tfidf_logreg"]]
+        baselines.compare_with_run(fitted, run)
+        score = fitted.scores["tfidf_logreg"]
+        return baselines.verdict({"accuracy": score["accuracy"]}, {"tfidf_logreg": score}, run,
+                                 [r["label"] for r in validation])["message"]
+
+    few = tie_on(30)
+    assert few.endswith("— 30 examples are too few to tell the two apart: evaluate the run on a larger labelled "
+                        "file (Predict tab, \"Evaluate on a test set\"; the baselines are scored there too) before "
+                        "changing it")
+    assert tie_on(baselines.FEW_TO_TELL).endswith(f"— {baselines.HINT}")
+
+
 def test_a_run_beats_or_falls_below_a_baseline_only_when_the_paired_test_says_so():
     validation = _records(100, 1)
     fitted = baselines.fit(_records(200, 0), validation)

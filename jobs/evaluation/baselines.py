@@ -272,6 +272,20 @@ def _paired_text(paired: Mapping[str, Any]) -> str:
 
 HINT = ("try more epochs or a higher learning rate, the SetFit method for few examples per class, "
         "or more labelled data")
+# Below this many scored examples a tie with a baseline says little: one example is 1 % or more of the score, and
+# a paired test needs several examples that only one of the two got right (300 tweets, a new user's walk: 0.900
+# against frozen embeddings' 0.900 on 30 validation examples, 2 against 2, p = 1.0). Then the advice is to score
+# both on more examples, not to change the run.
+FEW_TO_TELL = 100
+
+
+def _tie_hint(examples: int, hint: str) -> str:
+    """What to do about a run level with a baseline: ``hint``, or, on fewer than ``FEW_TO_TELL`` examples, to
+    evaluate on a larger labelled file (which gives both a verdict on it)."""
+    if not hint or not 0 < examples < FEW_TO_TELL:
+        return hint
+    return (f"{examples} examples are too few to tell the two apart: evaluate the run on a larger labelled file "
+            "(Predict tab, \"Evaluate on a test set\"; the baselines are scored there too) before changing it")
 
 
 def _against_baselines(metrics: Mapping[str, Any], baselines: Mapping[str, Any], key: str, label: str,
@@ -287,6 +301,8 @@ def _against_baselines(metrics: Mapping[str, Any], baselines: Mapping[str, Any],
             name = max(names, key=lambda n: float(baselines[n][key]))
             base, how = float(baselines[name][key]), judged[name][1]
             tail = "" if outcome == WORSE else ": no better on these examples"
+            if outcome == LEVEL:
+                hint = _tie_hint(int((baselines[name].get("paired") or {}).get("examples") or 0), hint)
             return {"status": status, **facts, "baseline": name,
                     "message": (f"{words} the {NAMES.get(name, name)} baseline{tail} ({label} {score:.3f} vs "
                                 f"{base:.3f}; {how})" + (f" — {hint}" if hint else ""))}
