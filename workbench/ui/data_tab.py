@@ -349,7 +349,7 @@ def _build_import() -> _Import:
     with gr.Accordion("Import: name and validation split", open=True):
         with gr.Row():
             name = gr.Textbox(label="Dataset name", placeholder="defaults to the file name")
-            validation_file = gr.File(label="Validation file (optional)", type="filepath", height=100,
+            validation_file = gr.File(label="Validation file (optional)", type="filepath", height=150,
                                       elem_id="data-validation")
             fraction = gr.Slider(0.02, 0.5, value=0.1, step=0.01, label="Validation share (when no file)")
             seed = gr.Number(13, label="Split seed", precision=0)
