@@ -200,6 +200,24 @@ def test_submit_stores_the_estimate_and_the_run_page_compares_it(wb):
     assert fmt.estimate_vs_actual(None, 30.0, "succeeded") == ""
 
 
+def test_a_run_slower_than_its_estimate_says_when_the_load_rose_after_the_submit():
+    """300 tweets took 5.8x their estimate: submitted on an idle machine, three other jobs started a minute
+    later. The run page says so; a run that met the load it was estimated at does not blame it."""
+    import datetime as dt
+
+    started = dt.datetime(2026, 12, 7, 10, 55)
+    run = {"status": "succeeded", "started_at": started, "finished_at": started + dt.timedelta(seconds=1155),
+           "estimate": {"seconds": 200.0, "low": 77.0, "high": 395.0, "load": {"now": 0.05, "low": 0.0, "high": 0.1}},
+           "metrics": {"machine": {"load_per_cpu": 3.4}}}
+    assert estimates.load_rise(run) == (0.05, 3.4)
+    assert fmt.estimate_line(run).endswith("took 19m 15s (5.8× the estimate; the machine's load rose from 0.1 per "
+                                           "CPU at the submit to 3.4 while it ran)")
+    level = {**run, "metrics": {"machine": {"load_per_cpu": 0.3}}}  # the load it was estimated at: no excuse
+    assert estimates.load_rise(level) is None and fmt.estimate_line(level).endswith("(5.8× the estimate)")
+    unknown = {**run, "metrics": {}}  # a run that recorded no load
+    assert estimates.load_rise(unknown) is None
+
+
 def test_no_estimate_without_data_size_never_blocks_a_submit(wb):
     spec = RunSpec(task="text-classification", data=DataSpec(train_path="t.jsonl"), model="fake:succeed")
     assert estimates.estimate_run(wb, spec) is None

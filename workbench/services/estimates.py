@@ -376,6 +376,25 @@ def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
     return changes
 
 
+# A run that took longer than its estimate says why when the load it ran under slowed it at least this many times
+# more than the load at its submit (the estimate's): a new user's 300 tweets took 5.8x the estimate when three
+# other jobs started a minute after it.
+LOAD_RISE = 1.5
+
+
+def load_rise(run: dict[str, Any]) -> Optional[tuple[float, float]]:
+    """(load per CPU at the submit, while the run ran) when the second slowed the run ``LOAD_RISE`` times or more
+    than the first, as ``load_changes`` counts it; else None (or where either was not recorded)."""
+    submitted = ((run.get("estimate") or {}).get("load") or {}).get("now")
+    metrics = run.get("metrics") or {}
+    ran = _run_load(metrics)
+    if submitted is None or ran is None:
+        return None
+    if slowdown(ran) / slowdown(float(submitted) + OWN_LOAD) < LOAD_RISE:
+        return None
+    return float(submitted), float(_load(metrics))
+
+
 def _checkpoints(plan: dict[str, Any], train_seconds: float, checkpoint_seconds: float) -> int:
     """The checkpoints the run will write: all it plans when one is selected at the end, else as paced."""
     if not plan.get("paced"):

@@ -188,8 +188,10 @@ def estimate_range(estimate: Mapping[str, Any] | None) -> str:
     return low if low == high else f"{low} – {high}"
 
 
-def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None, status: str) -> str:
-    """``estimated 4m 10s – 6m 20s · took 5m 02s (within the estimate)`` for the run page."""
+def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None, status: str,
+                       load_rise: tuple[float, float] | None = None) -> str:
+    """``estimated 4m 10s – 6m 20s · took 5m 02s (within the estimate)`` for the run page; a run slower than its
+    estimate under a load that rose after the submit (``load_rise``: per CPU then and while it ran) says so."""
     if not estimate:
         return ""
     text = f"estimated {estimate_range(estimate)}"
@@ -202,7 +204,9 @@ def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None,
         if actual < (estimate.get("low") or 0):
             verdict = " (faster than estimated)"
         elif actual > (estimate.get("high") or 0):
-            verdict = f" ({actual / max(estimate.get('seconds') or 1, 1):.1f}× the estimate)"
+            rose = (f"; the machine's load rose from {load_rise[0]:.1f} per CPU at the submit to {load_rise[1]:.1f} "
+                    "while it ran" if load_rise else "")
+            verdict = f" ({actual / max(estimate.get('seconds') or 1, 1):.1f}× the estimate{rose})"
         else:
             verdict = " (within the estimate)"
     return text + f" · took {format_duration(actual)}{verdict}"
@@ -210,14 +214,14 @@ def estimate_vs_actual(estimate: Mapping[str, Any] | None, actual: float | None,
 
 def estimate_line(run: Mapping[str, Any]) -> str:
     """The time estimated at submit next to the time the run took (or has been running so far)."""
-    from workbench.services.estimates import actual_seconds
+    from workbench.services.estimates import actual_seconds, load_rise
 
     status = str(run.get("status", ""))
     finished = run.get("finished_at")
     if status in ("running", "cancelling") and not finished:
         finished = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     actual = actual_seconds({"started_at": run.get("started_at"), "finished_at": finished})
-    return estimate_vs_actual(run.get("estimate"), actual, status)
+    return estimate_vs_actual(run.get("estimate"), actual, status, load_rise(dict(run)))
 
 
 def phase_text(run: Mapping[str, Any]) -> str:
