@@ -218,7 +218,8 @@ def table(results: dict) -> str:
     peak RSS (later seeds of the frozen rows reuse its embeddings), and the rows that did not run."""
     import statistics
 
-    lines = ["| method | accuracy (dev + test, 300) | seeds | wall time, first seed | peak RSS, first seed |", "|---|---|---|---|---|"]
+    lines = ["| method | accuracy (dev + test, 300) | seeds | wall time, first seed | peak RSS, first seed |",
+             "|---|---|---|---|---|"]
     for row, label in LABELS.items():
         seeds = results.get("rows", {}).get(row)
         if not seeds:

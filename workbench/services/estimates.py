@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import statistics
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from sqlalchemy import select
@@ -366,14 +367,23 @@ def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
     changes = []
     with wb.db.session() as session:
         for metrics, estimate in session.execute(stmt):
-            submitted = ((estimate or {}).get("load") or {}).get("now")
-            ran = _run_load(metrics or {})
-            if submitted is None or ran is None or device_kind((metrics or {}).get("device")) != kind:
+            change = _load_change(estimate, metrics)
+            if change is None or device_kind((metrics or {}).get("device")) != kind:
                 continue
-            changes.append(slowdown(ran) / slowdown(float(submitted) + OWN_LOAD))
+            changes.append(change)
             if len(changes) >= HISTORY_RUNS:
                 break
     return changes
+
+
+def _load_change(estimate: Optional[Mapping[str, Any]], metrics: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """How many times more the load a run ran under slowed it than the load its estimate was made at (its
+    submit's): the run's ``slowdown`` at each. None where either load was not recorded."""
+    submitted = ((estimate or {}).get("load") or {}).get("now")
+    ran = _run_load(metrics or {})
+    if submitted is None or ran is None:
+        return None
+    return slowdown(ran) / slowdown(float(submitted) + OWN_LOAD)
 
 
 # A run that took longer than its estimate says why when the load it ran under slowed it at least this many times
@@ -382,17 +392,14 @@ def load_changes(wb: Workbench, kind: str = "cpu") -> list[float]:
 LOAD_RISE = 1.5
 
 
-def load_rise(run: dict[str, Any]) -> Optional[tuple[float, float]]:
+def load_rise(run: Mapping[str, Any]) -> Optional[tuple[float, float]]:
     """(load per CPU at the submit, while the run ran) when the second slowed the run ``LOAD_RISE`` times or more
-    than the first, as ``load_changes`` counts it; else None (or where either was not recorded)."""
-    submitted = ((run.get("estimate") or {}).get("load") or {}).get("now")
-    metrics = run.get("metrics") or {}
-    ran = _run_load(metrics)
-    if submitted is None or ran is None:
+    than the first (``_load_change``, as ``load_changes`` counts it); else None (or where either was not recorded)."""
+    estimate, metrics = run.get("estimate") or {}, run.get("metrics") or {}
+    change = _load_change(estimate, metrics)
+    if change is None or change < LOAD_RISE:
         return None
-    if slowdown(ran) / slowdown(float(submitted) + OWN_LOAD) < LOAD_RISE:
-        return None
-    return float(submitted), float(_load(metrics))
+    return float(estimate["load"]["now"]), float(_load(metrics))
 
 
 def _checkpoints(plan: dict[str, Any], train_seconds: float, checkpoint_seconds: float) -> int:

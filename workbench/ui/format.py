@@ -221,7 +221,7 @@ def estimate_line(run: Mapping[str, Any]) -> str:
     if status in ("running", "cancelling") and not finished:
         finished = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     actual = actual_seconds({"started_at": run.get("started_at"), "finished_at": finished})
-    return estimate_vs_actual(run.get("estimate"), actual, status, load_rise(dict(run)))
+    return estimate_vs_actual(run.get("estimate"), actual, status, load_rise(run))
 
 
 def phase_text(run: Mapping[str, Any]) -> str:

@@ -155,10 +155,9 @@ def find_model(name: str):
     return catalogue.resolve_model(name)
 
 
-def preset_lines(wb, spec: RunSpec, load: dict[str, float] | None = None) -> list[str]:
-    """What each preset would do with this dataset and model: epochs, examples, expected time (at ``load``,
-    ``estimates.current_load``'s figures, read once when not given)."""
-    load = (estimates.current_load() or {}) if load is None else load
+def preset_lines(wb, spec: RunSpec, load: dict[str, float]) -> list[str]:
+    """What each preset would do with this dataset and model: epochs, examples, expected time at ``load``
+    (``estimates.current_load``'s figures, the ones the estimate above the lines was made at)."""
     lines = []
     for preset in PRESETS:
         variant = dataclasses.replace(spec, train=dataclasses.replace(spec.train, preset=preset))
@@ -195,10 +194,12 @@ def model_facts(wb, spec: RunSpec) -> str:
              "↓ needs a download" + (" — not possible while the workbench is offline" if catalogue.offline()
                                       else ""))
     lines = [f"**{info.name}** ({info.family}) · " + " · ".join(facts), where]
-    # one reading of the load for the estimate and every preset's line: read twice, the share of niced work
-    # sampled a moment apart could make the chosen preset's line disagree with the estimate above it
-    load = estimates.current_load() or {}
-    est = estimates.estimate_run(wb, spec, load=load) if info.parameters else None
+    est = None
+    if info.parameters:
+        # one reading of the load for the estimate and every preset's line: read twice, the share of niced work
+        # sampled a moment apart could make the chosen preset's line disagree with the estimate above it
+        load = estimates.current_load() or {}
+        est = estimates.estimate_run(wb, spec, load=load)
     if est is not None:
         parts = est["parts"]
         memory = catalogue.estimate_training(info.parameters, 0, 0, 1.0)["memory_mb"]
