@@ -24,7 +24,11 @@ alone and is scored on the set's own test file:
 - ``workbench_keep_last`` (asked for by ``--methods``, not in the table): the default keeping its last
   checkpoint, with no early stopping (what the 100 held out at 400-999 examples cost: the pick, or the examples);
 - ``workbench_sentence_head`` (asked for by ``--methods``, not in the table): the default with the sentence head at
-  every size (the default takes it below 100 examples a class), to measure where it should stop;
+  every size (the default takes it up to 500 examples a class, below 100 before ddff0a4), to measure where it
+  should stop;
+- ``workbench_cls_head`` (kept in the results file, not run, not in the table): the default's runs at SMS 300 and
+  1,000 and TREC-6 1,000 from before the sentence head's limit rose to 500 a class, when they fine-tuned the
+  [CLS] classifier; the ``workbench`` cells there were run again under the new rule;
 - ``workbench``: ``jobs.training.engine.run_training`` with nothing set (standard preset, method auto); the
   test file goes in as the run's ``predict_path``, which is never trained on nor used to pick a
   checkpoint.
@@ -67,6 +71,8 @@ NAMES = {"majority": "majority", "tfidf_lr": "TF-IDF + LR", "frozen_lr": "frozen
          "trainer": "plain Trainer", "trainer_4_epochs": "Trainer, 4 epochs",
          "workbench_tenth_split": "default, a tenth held out",
          "workbench_keep_last": "default, last checkpoint kept",
+         "workbench_sentence_head": "default, sentence head at every size",
+         "workbench_cls_head": "default, [CLS] classifier (before ddff0a4)",
          # results only (no runner): the default before it kept the last checkpoint under 1,000 examples
          "workbench_picking": "default picking a checkpoint on 100 held out"}
 SIZES = ("32", "100", "300", "1000", "all")
@@ -488,7 +494,8 @@ def table(results: dict) -> str:
                 seeds = f", {len(scores)} seeds" if len(scores) > 1 else ""
                 # † an earlier version's defaults (the entry says which); ‡ timed beside other work
                 marks = ("†" if any("previous_defaults" in v for v in values) else "") + (
-                    "‡" if any(_contended(v) for v in values) else "")
+                    "‡" if any(_contended(v) for v in values) else "") + (
+                    "§" if any("copied_from" in v for v in values) else "")
                 row.append(f"{statistics.mean(scores):.3f}{spread} ({seconds:.0f} s{seeds}){marks}")
             if any(c != "—" for c in row):
                 lines.append(f"| {size} | " + " | ".join(row) + " |")
@@ -496,7 +503,9 @@ def table(results: dict) -> str:
     notes = {"†": "† measured with an earlier version's defaults, not yet rerun (`previous_defaults` in the results "
                   "file says what differed)",
              "‡": "‡ timed while other work ran on the 2 cores (a load average of 3 or more, niced or not; "
-                  "`others_cores` in the results file is the un-niced share), so its seconds overstate the time alone"}
+                  "`others_cores` in the results file is the un-niced share), so its seconds overstate the time alone",
+             "§": "§ the runs of the same code path kept in another results file (`copied_from` in the results file "
+                  "says which and why), not run again as `workbench`"}
     used = [note for mark, note in notes.items() if any(mark in line for line in lines)]
     if used:  # only the marks the table shows
         lines.append("; ".join(used) + ".")
@@ -512,8 +521,8 @@ def summary(results: dict) -> str:
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
-        if not any(key.startswith(name + "/") for key in results):
-            continue
+        if not any(key.startswith(name + "/") and key.endswith("/workbench") for key in results):
+            continue  # no default run on this set: nothing to compare
         title = f"{title} ({metric})"
         row = []
         for size in SIZES:
@@ -583,7 +592,9 @@ def plot(results: dict, path: Path = PLOT) -> None:
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method, color=f"C{METHODS.index(method)}",
                             linewidth=2.5 if method == "workbench" else 1.2, zorder=3 if method == "workbench" else 2)
         ax.set_xscale("log")
-        ax.set_title(f"{SETS[name][0]} ({SETS[name][1]})")
+        missing = "" if any(k.startswith(name + "/") and k.endswith("/workbench") for k in results) else (
+            ": the default not run here")
+        ax.set_title(f"{SETS[name][0]} ({SETS[name][1]}){missing}")
         ax.set_xlabel("training examples")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
