@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
-from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from jobs.specs.run import DataSpec, RunSpec
 from storage.context import Workbench, open_workbench
@@ -41,6 +41,20 @@ def _drop_database(admin, name: str) -> None:
                 time.sleep(0.5)
 
 
+def _create_database(admin, name: str, template: str) -> None:
+    with admin.connect() as conn:
+        for attempt in range(50):
+            try:
+                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+                return
+            except OperationalError as exc:
+                # An autovacuum worker that was on the template before it stopped taking connections holds it
+                # for a moment ("source database ... is being accessed by other users").
+                if "is being accessed by other users" not in str(exc) or attempt == 49:
+                    raise
+                time.sleep(0.2)
+
+
 _MIGRATED_TEMPLATES: dict[str, str] = {}  # server URL -> this process's database migrated to the latest schema
 
 
@@ -55,8 +69,11 @@ def _migrated_template(url: str) -> str:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE template0'))
         atexit.register(lambda: (_drop_database(admin, name), admin.dispose()))
-        # No connection may stay open on a template while it is copied: the engine goes at once.
+        # No connection may stay open on a template while it is copied: the engine goes at once, and the
+        # database then refuses connections (autovacuum's workers included, as on template0).
         Database(base.set(database=name).render_as_string(hide_password=False), migrate=True).dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
         _MIGRATED_TEMPLATES[url] = name
     return _MIGRATED_TEMPLATES[url]
 
@@ -72,8 +89,7 @@ def fresh_pg_database(url: str, migrated: bool = False) -> Iterator[str]:
     template = _migrated_template(url) if migrated else "template0"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        _create_database(admin, name, template)
         yield base.set(database=name).render_as_string(hide_password=False)
     finally:
         _drop_database(admin, name)
