@@ -27,32 +27,30 @@ from storage.settings import Settings
 FAST = {"heartbeat_seconds": 0.2, "lease_seconds": 3.0, "cancel_timeout_seconds": 10.0}
 
 
-def _drop_database(admin, name: str) -> None:
+def _execute_while(admin, statement: str, transient: str, attempts: int, pause: float) -> None:
+    """Run ``statement``; while it fails with ``transient`` in its message, wait ``pause`` seconds and try again."""
     with admin.connect() as conn:
-        for attempt in range(20):
+        for attempt in range(attempts):
             try:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                conn.execute(text(statement))
                 return
-            except ProgrammingError as exc:
-                # FORCE may not end the server's own autovacuum worker on the new database (it belongs
-                # to the superuser): it finishes in a moment, then the drop goes through.
-                if "must be a member of the role" not in str(exc) or attempt == 19:
+            except (OperationalError, ProgrammingError) as exc:
+                if transient not in str(exc) or attempt == attempts - 1:
                     raise
-                time.sleep(0.5)
+                time.sleep(pause)
+
+
+def _drop_database(admin, name: str) -> None:
+    # FORCE may not end the server's own autovacuum worker on the new database (it belongs to the superuser): it
+    # finishes in a moment, then the drop goes through.
+    _execute_while(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', "must be a member of the role", 20, 0.5)
 
 
 def _create_database(admin, name: str, template: str) -> None:
-    with admin.connect() as conn:
-        for attempt in range(50):
-            try:
-                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-                return
-            except OperationalError as exc:
-                # An autovacuum worker that was on the template before it stopped taking connections holds it
-                # for a moment ("source database ... is being accessed by other users").
-                if "is being accessed by other users" not in str(exc) or attempt == 49:
-                    raise
-                time.sleep(0.2)
+    # An autovacuum worker that was on the template before it stopped taking connections holds it for a moment
+    # ("source database ... is being accessed by other users").
+    _execute_while(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"', "is being accessed by other users", 50,
+                   0.2)
 
 
 _MIGRATED_TEMPLATES: dict[str, str] = {}  # server URL -> this process's database migrated to the latest schema
