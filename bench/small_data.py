@@ -512,6 +512,11 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _has_default(results: dict, name: str) -> bool:
+    """Whether the default (``workbench``) ran on set ``name`` at any size and seed."""
+    return any(key.startswith(name + "/") and key.endswith("/workbench") for key in results)
+
+
 def summary(results: dict) -> str:
     """One row per set: in each size's cell the default's mean score, then the best other method's
     (the default in bold where it is the best or level)."""
@@ -521,7 +526,7 @@ def summary(results: dict) -> str:
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
-        if not any(key.startswith(name + "/") and key.endswith("/workbench") for key in results):
+        if not _has_default(results, name):
             continue  # no default run on this set: nothing to compare
         title = f"{title} ({metric})"
         row = []
@@ -592,8 +597,7 @@ def plot(results: dict, path: Path = PLOT) -> None:
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method, color=f"C{METHODS.index(method)}",
                             linewidth=2.5 if method == "workbench" else 1.2, zorder=3 if method == "workbench" else 2)
         ax.set_xscale("log")
-        missing = "" if any(k.startswith(name + "/") and k.endswith("/workbench") for k in results) else (
-            ": the default not run here")
+        missing = "" if _has_default(results, name) else ": the default not run here"
         ax.set_title(f"{SETS[name][0]} ({SETS[name][1]}){missing}")
         ax.set_xlabel("training examples")
         ax.grid(alpha=0.3)
