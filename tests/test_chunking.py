@@ -96,23 +96,43 @@ def tiny(tmp_path_factory):
 
 def _train(tmp_path, chunking: str, epochs: int = 6):
     from jobs.progress import RecordingReporter
-    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
     from jobs.training.engine import run_training
 
-    spec = RunSpec(task="text-classification", model=str(tiny_bert_folder()),
+    out = tmp_path / chunking
+    return run_training(_spec(tmp_path, chunking, epochs), out, RecordingReporter()), out
+
+
+def _spec(tmp_path, chunking: str, epochs: int):
+    """The spec of ``_train``'s run (its data files written to ``tmp_path``)."""
+    from jobs.specs.run import DataSpec, RunSpec, TrainSpec
+
+    return RunSpec(task="text-classification", model=str(tiny_bert_folder()),
                    data=DataSpec(train_path=write_jsonl(tmp_path / "train.jsonl",
                                                         last_sentence_documents(48, 0)).as_posix(),
                                  validation_path=write_jsonl(tmp_path / "validation.jsonl",
                                                              last_sentence_documents(24, 1)).as_posix()),
                    train=TrainSpec(max_length=24, chunking=chunking, learning_rate=3e-3, epochs=epochs, batch_size=8,
                                    method="finetune", calibrate="off", select_by="last"))
-    out = tmp_path / chunking
-    return run_training(spec, out, RecordingReporter()), out
 
 
 @pytest.fixture(scope="module")
 def attention_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("attention"), "attention")
+
+
+def test_an_evaluation_of_a_chunked_run_fits_its_frozen_baseline_on_the_runs_windows(attention_run, tmp_path):
+    from jobs.predict.evaluate import run_evaluation
+    from jobs.predict.spec import ModelRef, PredictSpec
+    from jobs.progress import RecordingReporter
+
+    _metrics, out = attention_run
+    saved = json.loads((out / "metrics.json").read_text())
+    ref = ModelRef(run_id=3, task="text-classification", model_dir=str(out / "model"),
+                   hyperparameters=saved["hyperparameters"], run_spec=_spec(out.parent, "attention", 6).to_dict())
+    test = write_jsonl(tmp_path / "test.jsonl", last_sentence_documents(24, 2))
+    found = run_evaluation(PredictSpec(kind="evaluate", run_id=3, dataset_id="ds-test"), ref, [test],
+                           tmp_path / "eval", RecordingReporter())["baselines"]["frozen_embeddings"]
+    assert found["read"].startswith("windows of 24 tokens") and found["examples"] == 24
 
 
 def test_a_label_in_the_last_sentence_is_learned_with_chunking_and_not_without(attention_run, tmp_path):
@@ -122,6 +142,10 @@ def test_a_label_in_the_last_sentence_is_learned_with_chunking_and_not_without(a
     assert truncated["accuracy"] <= 0.7 and "chunking" not in truncated
     assert json.loads((out / "model" / "chunking.json").read_text())["window"] == 24
     assert "attention pooling" in json.loads((out / "metrics.json").read_text())["hyperparameters"]["why"]
+    # the frozen-embedding baseline reads the documents as each run did: its windows reach the last sentence
+    chunked_frozen, truncated_frozen = chunked["baselines"]["frozen_embeddings"], truncated["baselines"]["frozen_embeddings"]
+    assert chunked_frozen["read"].startswith("windows of 24 tokens") and truncated_frozen["read"] == "the first 24 tokens"
+    assert chunked_frozen["accuracy"] >= truncated_frozen["accuracy"] + 0.2, (chunked_frozen, truncated_frozen)
 
 
 def test_a_one_window_document_scores_as_the_unchunked_model(tmp_path):

@@ -145,6 +145,7 @@ def test_an_evaluation_shows_the_baselines_fitted_on_the_runs_training_split_and
     assert found["majority"]["accuracy"] == pytest.approx(10 / 30, abs=1e-4)
     assert found["tfidf_logreg"]["accuracy"] == 1.0 and found["tfidf_logreg"]["paired"]["examples"] == 30
     assert (found["frozen_embeddings"]["train_examples"], found["frozen_embeddings"]["examples"]) == (72, 30)
+    assert found["frozen_embeddings"]["read"] == f"the first {classifier.metrics['hyperparameters']['max_length']} tokens"
     assert metrics["verdict"]["status"] in ("learned", "level_with_baseline", "below_baseline", "did_not_learn")
     saved, _tables, _rows = _written(tmp_path / "eval")
     assert saved["baselines"] == found and saved["verdict"] == metrics["verdict"]

@@ -12,9 +12,11 @@ validation split (an evaluation job: on its test set, ``jobs.predict.evaluate``)
   pair: both texts, as the model reads them) embedded once, pooled as a sentence-transformers model
   pools (its own mean or [CLS]; any other encoder: the masked mean), and a logistic regression on
   the embeddings. On 300 unseen movie-review snippets it scored 0.690 against the default run's
-  0.678 (issue 38): a baseline of seconds that a fine-tuned run must beat. At most
-  ``FROZEN_MAX_TRAIN`` training and ``FROZEN_MAX_EVAL`` scored examples are embedded (seeded
-  samples beyond that), ``FROZEN_MAX_LENGTH`` tokens each, so it stays cheap on a CPU.
+  0.678 (issue 38): a baseline of seconds that a fine-tuned run must beat. Each text is read as the run
+  read it: cut at the run's ``max_length``, or, for a run that reads long documents in windows, in the
+  same windows with the document's embedding the mean of its windows'. At most ``FROZEN_MAX_TRAIN``
+  training and ``FROZEN_MAX_EVAL`` scored examples are embedded (seeded samples beyond that), so it
+  stays cheap on a CPU.
 
 ``verdict`` compares the run with them on the same examples, with a paired test (McNemar's exact test on
 the examples each got right; a paired bootstrap of macro F1 for multi-label runs): a run is *better* than a
@@ -45,8 +47,8 @@ NAMES = {MAJORITY: "majority class", TFIDF: "TF-IDF + logistic regression",
 # 1,000 of each (the sentence head's probe takes 1,000 too), about a minute on a busy CPU, seconds on a GPU.
 FROZEN_MAX_TRAIN = 1000
 FROZEN_MAX_EVAL = 1000
-# Tokens per text and texts per forward pass (the same recipe as bench/small_data.py's "frozen_lr", whose
-# figures the docs quote).
+# Tokens per text where the caller names no max_length (a run gives its own), and texts (or windows) per
+# forward pass: bench/small_data.py's "frozen_lr", whose figures the docs quote, is this same code.
 FROZEN_MAX_LENGTH = 128
 FROZEN_BATCH = 64
 # records -> one frozen embedding a row (jobs.training.sentence_model.frozen_embedder builds one for a model)
@@ -113,7 +115,8 @@ def fit(train: Sequence[Mapping[str, Any]], validation: Sequence[Mapping[str, An
     fitted on ``train`` and scored on ``validation``.
 
     Scores: ``{"majority": {"accuracy", "f1_macro"}, "tfidf_logreg": {..., "seconds"}, "frozen_embeddings":
-    {..., "seconds", "train_examples", "examples"}}``; labels of the validation split that never occur in
+    {..., "seconds", "train_examples", "examples", "read"}}`` ("read": how each text was read, the embedder's
+    ``reading`` where it has one); labels of the validation split that never occur in
     training count as errors, as they do for the run. A frozen-embedding baseline that fails (a model that
     cannot be loaded) is logged and left out: the others stand without it.
     """
@@ -190,6 +193,8 @@ def _frozen(out: Fitted, train, validation, y_train: np.ndarray, embed: Embedder
     out.scores[FROZEN] = {**_scores(out.gold[eval_rows], predicted, out.labels, out.multi_label),
                           "seconds": round(time.perf_counter() - started, 3),
                           "train_examples": len(fit_rows), "examples": len(eval_rows)}
+    if getattr(embed, "reading", None):  # how each text was read: as the run read it
+        out.scores[FROZEN]["read"] = embed.reading
     out.predicted[FROZEN], out.rows[FROZEN] = predicted, eval_rows
     log.info("frozen-embedding baseline: %d training and %d scored examples embedded in %.1f s",
              len(fit_rows), len(eval_rows), out.scores[FROZEN]["seconds"])

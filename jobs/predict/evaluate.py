@@ -98,6 +98,7 @@ def test_set_baselines(model: ModelRef, records: list[dict], evaluation, device:
     from jobs.evaluation.baselines import assess
     from jobs.specs.run import RunSpec
     from jobs.training import catalogue
+    from jobs.training.chunking import load_config
     from jobs.training.data import training_records
     from jobs.training.sentence_model import frozen_embedder
 
@@ -105,8 +106,10 @@ def test_set_baselines(model: ModelRef, records: list[dict], evaluation, device:
         run_spec = RunSpec.from_dict(model.run_spec)
         train = training_records(run_spec, dict(model.hyperparameters or {}))
         path = catalogue.load_path(catalogue.resolve_model(run_spec.model))
-        found = assess(train, records, evaluation.metrics, evaluation.predictions,
-                       embed=frozen_embedder(path, device), seed=run_spec.train.seed)
+        embed = frozen_embedder(path, device, max_length=(model.hyperparameters or {}).get("max_length"),
+                                chunking=load_config(model.model_dir))  # each text read as the run read it
+        found = assess(train, records, evaluation.metrics, evaluation.predictions, embed=embed,
+                       seed=run_spec.train.seed)
     except Exception:  # noqa: BLE001 - the evaluation's own scores stand without baselines
         log.exception("the baselines could not be fitted on run %s's training split", model.run_id)
         return {}

@@ -180,7 +180,8 @@ def _train(spec: RunSpec, output_dir: Path, reporter: Reporter, device: str, ini
     metrics = _run_metrics(data, built, trainer, fitted, evaluated, device, processes, setup_started)
     # nested: a machine's load is no score to compare runs on (workbench.services.estimates reads it)
     metrics["machine"] = {"load_per_cpu": mean_load(load_started, machine_load())}  # at its start and its end
-    return _write_run(spec, output_dir, reporter, data, trainer, evaluated, metrics, setup_started)
+    return _write_run(spec, output_dir, reporter, data, trainer, evaluated, metrics, setup_started,
+                      built.prepared.extra.get("chunking"))
 
 
 def _load_data(spec: RunSpec, init_model_path: Optional[str]) -> _Data:
@@ -428,8 +429,10 @@ def _run_metrics(data: _Data, built: _Built, trainer, fitted: _Fitted, evaluated
 
 
 def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data, trainer, evaluated: _Evaluated,
-               metrics: dict, setup_started: float) -> dict:
-    """Report the final scores, add the baselines, and write metrics, tables, predictions and held-out outputs."""
+               metrics: dict, setup_started: float, chunking=None) -> dict:
+    """Report the final scores, add the baselines (the frozen embeddings read each text as the run did: cut at
+    its ``max_length``, or in its ``chunking`` windows), and write metrics, tables, predictions and held-out
+    outputs."""
     from jobs.evaluation.calibration import FITTED_METRICS
 
     evaluation = evaluated.evaluation
@@ -439,7 +442,8 @@ def _write_run(spec: RunSpec, output_dir: Path, reporter: Reporter, data: _Data,
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(evaluation.predictions))
     log.info("writing %d predictions and the per-class tables", len(evaluation.predictions))
     metrics.update(assess_run(spec, data.train, data.validation, evaluation, model_path=data.path,
-                              device=metrics.get("device", "cpu")))
+                              device=metrics.get("device", "cpu"), max_length=data.hp.get("max_length"),
+                              chunking=chunking))
     metrics["finish_seconds"] = round(time.perf_counter() - evaluated.started - evaluated.seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     write_outputs(output_dir, metrics, data.hp, evaluation)

@@ -27,17 +27,19 @@ def peak_rss_mb() -> float:
 
 
 def assess_run(spec: RunSpec, train: list[dict], validation: list[dict], evaluation, *,
-               model_path: Optional[str] = None, device: str = "cpu") -> dict:
+               model_path: Optional[str] = None, device: str = "cpu", max_length: Optional[int] = None,
+               chunking=None) -> dict:
     """Text classification: the baselines beside the run's score and the verdict (``jobs.evaluation.baselines``);
     nothing for other tasks. ``model_path`` is the model the run started from: its frozen embeddings are a
-    baseline too. A baseline that fails is logged, never fails the run."""
+    baseline too, each text read as the run read it (cut at ``max_length``, or in ``chunking``'s windows). A
+    baseline that fails is logged, never fails the run."""
     if spec.task != "text-classification":
         return {}
     from jobs.evaluation.baselines import assess
     from jobs.training.sentence_model import frozen_embedder
 
     try:
-        embed = frozen_embedder(model_path, device) if model_path else None
+        embed = frozen_embedder(model_path, device, max_length=max_length, chunking=chunking) if model_path else None
         found = assess(train, validation, evaluation.metrics, evaluation.predictions, embed=embed,
                        seed=spec.train.seed)
     except Exception:  # noqa: BLE001 - the run's own result stands without its baselines

@@ -147,7 +147,8 @@ def train_setfit(spec, output_dir: Path, reporter, hp: dict, path: str, train: l
     })
     reporter.metrics(steps, 1.0, {f"eval/{k}": v for k, v in evaluation.metrics.items() if isinstance(v, (int, float))})
     report_phase(reporter, WRITING_PREDICTIONS, 0, len(rows))
-    metrics.update(assess_run(spec, train, validation, evaluation, model_path=path, device=metrics["device"]))
+    metrics.update(assess_run(spec, train, validation, evaluation, model_path=path, device=metrics["device"],
+                              max_length=hp["max_length"]))
     metrics["finish_seconds"] = round(time.perf_counter() - final_started - final_eval_seconds, 2)
     metrics["wall_seconds"] = round(time.perf_counter() - setup_started, 2)
     write_outputs(output_dir, metrics, hp, evaluation)
