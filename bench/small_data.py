@@ -13,7 +13,9 @@ alone and is scored on the set's own test file:
 - ``majority``: the most frequent training label (WNUT: every word "O", entity F1 0);
 - ``tfidf_lr``: TF-IDF + logistic regression (WNUT: word-shape features + logistic regression per word);
 - ``frozen_lr``: the packaged model's frozen embeddings (mean-pooled; WNUT: each word's first
-  sub-token) + logistic regression;
+  sub-token) + logistic regression, each text read as the default run reads it
+  (``jobs.training.sentence_model.frozen_embeddings``, the app's baseline): its first 128 tokens, or, where the
+  default reads long texts in windows (movie reviews), the mean of its windows' embeddings;
 - ``setfit``: SetFit on the packaged model (classification only), as the workbench configures it;
 - ``trainer``: a plain ``transformers.Trainer`` at its defaults (3 epochs, lr 5e-5, batch 8), the
   script a user would write;
@@ -185,19 +187,21 @@ def _encoder():
     return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
 
 
-def _sentence_embeddings(texts: list[str], tokenizer, model, batch: int = 64):
-    import numpy as np
-    import torch
+def _default_chunking(train: list[dict]):
+    """The windows a default run on ``train`` reads long texts in (``jobs.training.chunking.resolve`` at the
+    default ``max_length``, chunking "auto"); None where it truncates."""
+    from transformers import AutoTokenizer
 
-    out = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch):
-            enc = tokenizer(texts[start:start + batch], padding=True, truncation=True, max_length=128,
-                            return_tensors="pt")
-            hidden = model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            out.append(((hidden * mask).sum(1) / mask.sum(1)).numpy())
-    return np.concatenate(out)
+    from jobs.training.chunking import resolve
+
+    return resolve({"chunking": "auto", "max_length": _default_max_length()},
+                   AutoTokenizer.from_pretrained(model_path()), train, "text-classification")
+
+
+def _default_max_length() -> int:
+    from jobs.specs.hyperparameters import max_length_for
+
+    return max_length_for("text-classification")
 
 
 def _word_embeddings(records: list[dict], tokenizer, model, batch: int = 32):
@@ -227,14 +231,18 @@ def frozen_lr(task, train, test, seed, work):
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    tokenizer, model = _encoder()
     if task == "text-classification":
+        from jobs.training.sentence_model import frozen_embeddings
+
         labels = [str(r["label"]) for r in train]
         if len(set(labels)) < 2:
             return [labels[0]] * len(test)
-        x = _sentence_embeddings([r["text"] for r in train], tokenizer, model)
+        chunking = _default_chunking(train)  # long texts: the default run's windows, mean of their embeddings
+        x = frozen_embeddings(train, model_path(), max_length=_default_max_length(), chunking=chunking)
         clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x, labels)
-        return list(clf.predict(_sentence_embeddings([r["text"] for r in test], tokenizer, model)))
+        return list(clf.predict(frozen_embeddings(test, model_path(), max_length=_default_max_length(),
+                                                  chunking=chunking)))
+    tokenizer, model = _encoder()
     x = np.concatenate(_word_embeddings(train, tokenizer, model))
     y = [t for r in train for t in r["tags"]]
     clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x, y)

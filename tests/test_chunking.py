@@ -146,6 +146,10 @@ def test_a_label_in_the_last_sentence_is_learned_with_chunking_and_not_without(a
     chunked_frozen, truncated_frozen = chunked["baselines"]["frozen_embeddings"], truncated["baselines"]["frozen_embeddings"]
     assert chunked_frozen["read"].startswith("windows of 24 tokens") and truncated_frozen["read"] == "the first 24 tokens"
     assert chunked_frozen["accuracy"] >= truncated_frozen["accuracy"] + 0.2, (chunked_frozen, truncated_frozen)
+    from jobs.evaluation.baselines import summary
+
+    assert "frozen embeddings + logistic regression (long texts in windows) " in summary(chunked)
+    assert "frozen embeddings + logistic regression 0." in summary(truncated)
 
 
 def test_a_one_window_document_scores_as_the_unchunked_model(tmp_path):

@@ -369,7 +369,8 @@ def assess(train: Sequence[Mapping[str, Any]], validation: Sequence[Mapping[str,
 
 def summary(metrics: Optional[Mapping[str, Any]]) -> str:
     """One line for people: "majority class 0.866 · TF-IDF + logistic regression 0.952 · frozen embeddings +
-    logistic regression 0.940", or "" without baselines.
+    logistic regression 0.940" (for a chunked run "frozen embeddings + logistic regression (long texts in
+    windows) 0.707"), or "" without baselines.
 
     The score is the one the run's main metric compares with: accuracy, or macro F1 for multi-label runs.
     """
@@ -377,9 +378,14 @@ def summary(metrics: Optional[Mapping[str, Any]]) -> str:
     if not isinstance(found, Mapping):
         return ""
     key = _key(metrics)
-    parts = [f"{NAMES[name]} {float(found[name][key]):.3f}" for name in NAMES
+    parts = [f"{NAMES[name]}{_how_read(found[name])} {float(found[name][key]):.3f}" for name in NAMES
              if isinstance(found.get(name), Mapping) and key in found[name]]
     return " · ".join(parts)
+
+
+def _how_read(scores: Mapping[str, Any]) -> str:
+    """The name's suffix for a baseline that read a chunked run's windows ("long texts in windows"), else ""."""
+    return " (long texts in windows)" if str(scores.get("read", "")).startswith("windows") else ""
 
 
 def _key(metrics: Optional[Mapping[str, Any]]) -> str:
