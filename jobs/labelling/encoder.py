@@ -36,7 +36,7 @@ def load_encoder(path: str, device: str = "cpu", batch_size: int = BATCH,
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from jobs.training.sentence_model import pool, sentence_layout
+    from jobs.training.sentence_model import embed_documents, sentence_layout
     from storage.errors import TrainingError
 
     try:
@@ -53,20 +53,7 @@ def load_encoder(path: str, device: str = "cpu", batch_size: int = BATCH,
         if not len(texts):
             return np.zeros((0, 0), dtype=np.float32)
         windows = split_windows(tokenizer, [str(t) for t in texts], None, limit, limit // 4, max_windows)
-        ids = windows.features["input_ids"]
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # similar lengths pad little
-        sums, counts = None, np.zeros(len(texts), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
-                encoded = tokenizer.pad({name: [values[i] for i in rows] for name, values in windows.features.items()},
-                                        return_tensors="pt").to(device)
-                pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode).float().cpu().numpy()
-                if sums is None:
-                    sums = np.zeros((len(texts), pooled.shape[-1]), dtype=np.float32)
-                documents = np.asarray([windows.document[i] for i in rows])
-                np.add.at(sums, documents, pooled)
-                np.add.at(counts, documents, 1.0)
-        return sums / np.maximum(counts, 1.0)[:, None]
+        return embed_documents(model, tokenizer, windows.features, windows.document, len(texts), mode, device,
+                               batch_size)
 
     return embed

@@ -238,9 +238,11 @@ def frozen_embeddings(records: Sequence[Mapping[str, Any]], model_path: str, dev
     """
     from transformers import AutoModel, AutoTokenizer
 
-    from jobs.evaluation.baselines import FROZEN_MAX_LENGTH
+    from jobs.evaluation.baselines import FROZEN_BATCH, FROZEN_MAX_LENGTH
     from storage.errors import TrainingError
 
+    if not records:
+        return np.zeros((0, 0), dtype=np.float32)
     try:
         mode = (sentence_layout(model_path) or ("mean", False))[0]
     except TrainingError:  # a pooling SetFit does not support: the masked mean still gives features
@@ -254,42 +256,40 @@ def frozen_embeddings(records: Sequence[Mapping[str, Any]], model_path: str, dev
 
         windows = split_windows(tokenizer, texts, pairs if any(pairs) else None, chunking.window, chunking.stride,
                                 chunking.max_windows)
-        features, document = windows.features, np.asarray(windows.document, dtype=np.int64)
+        features, document = windows.features, windows.document
     else:
         features = dict(tokenizer(texts, [str(p or "") for p in pairs] if any(pairs) else None, truncation=True,
                                   max_length=int(max_length or FROZEN_MAX_LENGTH)))
-        document = np.arange(len(records))
-    vectors = _embed_features(model, tokenizer, features, mode, device)
-    if vectors is None:
-        return np.zeros((0, 0), dtype=np.float32)
-    if chunking is None:
-        return vectors
-    out = np.zeros((len(records), vectors.shape[-1]), dtype=np.float32)
-    np.add.at(out, document, vectors)
-    return out / np.maximum(np.bincount(document, minlength=len(records)), 1)[:, None].astype(np.float32)
+        document = range(len(records))
+    return embed_documents(model, tokenizer, features, document, len(records), mode, device, FROZEN_BATCH)
 
 
-def _embed_features(model, tokenizer, features: Mapping[str, list], mode: str, device: str) -> Optional[np.ndarray]:
-    """One pooled embedding per row of tokenized ``features`` (lists of ids per row), longest rows first in
-    batches of ``FROZEN_BATCH``; None when there are no rows."""
+def embed_documents(model, tokenizer, features: Mapping[str, list], document: Sequence[int], documents: int,
+                    mode: str, device: str, batch_size: int) -> np.ndarray:
+    """One embedding per document: the mean of the pooled embeddings of its rows of tokenized ``features``
+    (lists of ids per row; ``document[i]``, the document row ``i`` reads: a window of it, or all of it), the
+    longest rows first in batches of ``batch_size`` so that each pads little. ``(0, 0)`` for no documents.
+    Frozen baselines and the labelling loop's encoder (``jobs.labelling.encoder``) embed through it."""
     import torch
 
-    from jobs.evaluation.baselines import FROZEN_BATCH
-
-    rows = len(features["input_ids"])
-    order = sorted(range(rows), key=lambda i: -len(features["input_ids"][i]))
-    out: Optional[np.ndarray] = None
+    ids = features["input_ids"]
+    if not documents or not len(ids):
+        return np.zeros((0, 0), dtype=np.float32)
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    sums, counts = None, np.zeros(documents, dtype=np.float32)
     with torch.inference_mode():
-        for start in range(0, rows, FROZEN_BATCH):
-            chunk = order[start:start + FROZEN_BATCH]
-            encoded = tokenizer.pad({name: [values[i] for i in chunk] for name, values in features.items()
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            encoded = tokenizer.pad({name: [values[i] for i in rows] for name, values in features.items()
                                      if name in ("input_ids", "attention_mask", "token_type_ids")},
                                     return_tensors="pt").to(device)
-            pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode)
-            if out is None:
-                out = np.zeros((rows, pooled.shape[-1]), dtype=np.float32)
-            out[chunk] = pooled.float().cpu().numpy()
-    return out
+            pooled = pool(model(**encoded).last_hidden_state, encoded["attention_mask"], mode).float().cpu().numpy()
+            if sums is None:
+                sums = np.zeros((documents, pooled.shape[-1]), dtype=np.float32)
+            at = np.asarray([document[i] for i in rows], dtype=np.int64)
+            np.add.at(sums, at, pooled)
+            np.add.at(counts, at, 1.0)
+    return sums / np.maximum(counts, 1.0)[:, None]
 
 
 def frozen_embedder(model_path: str, device: str = "cpu", *, max_length: Optional[int] = None,
