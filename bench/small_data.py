@@ -437,15 +437,24 @@ def _cpu_seconds() -> tuple[float, float]:
     return own, machine
 
 
+def _others(machine: float, own: float) -> float:
+    """Un-niced CPU seconds of other processes, from the machine's un-niced seconds and this process's own.
+
+    A benchmark run under ``nice`` has its own seconds counted as niced, not in ``machine``: subtracting them
+    there hid every other process (movies 100, seed 0, beside a whole un-niced test suite, read 0.0 cores)."""
+    return max(0.0, machine - (own if os.getpriority(os.PRIO_PROCESS, 0) <= 0 else 0.0))
+
+
 def _contended(value: dict) -> bool:
     """Timed beside other work: un-niced processes held a tenth of a core or more, or the load average was 3
     or more. Niced work yields the cores (the cell's ``cpu_s`` stays near 2 cores x its seconds) but still
     slowed cells measurably (SMS 100, workbench: 136 s beside niced tests, 65 s alone the session before).
 
     A cell under a second says nothing by ``others_cores``: /proc/stat counts in hundredths of a second, so
-    one tick of anything else over a few milliseconds reads as several cores (4.5 for a majority class)."""
+    one tick of anything else over a few milliseconds reads as several cores (4.5 for a majority class).
+    ``beside`` (written by hand into a cell) names work known to have run beside it that these figures missed."""
     others = value.get("others_cores", 0) if value.get("seconds", 0) >= 1 else 0
-    return others >= 0.1 or value.get("load", 0) >= 3
+    return others >= 0.1 or value.get("load", 0) >= 3 or bool(value.get("beside"))
 
 
 def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods: list[str]) -> None:
@@ -470,7 +479,7 @@ def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods
                             "n_train": len(train), "load": round(os.getloadavg()[0], 2),
                             "cpu_s": round(own_after - own_before, 1),
                             # cores' worth of un-niced CPU that other processes took meanwhile
-                            "others_cores": round(max(0.0, (machine_after - machine_before) - (own_after - own_before))
+                            "others_cores": round(_others(machine_after - machine_before, own_after - own_before)
                                                   / max(seconds, 1e-9), 2), **extra}
             log.info("%s: %s", key, results[key])
             _save(results)
@@ -527,10 +536,11 @@ def _has_default(results: dict, name: str) -> bool:
 
 def summary(results: dict) -> str:
     """One row per set: in each size's cell the default's mean score, then the best other method's
-    (the default in bold where it is the best or level)."""
+    (the default in bold where it is the best or level; "(1 seed)" where it ran on fewer than 3)."""
     means: dict[tuple[str, str, str], float] = {}
+    seeds: dict[tuple[str, str, str], int] = {}
     for (name, size, method), scores in _scores_by_cell(results).items():
-        means[name, size, method] = statistics.mean(scores)
+        means[name, size, method], seeds[name, size, method] = statistics.mean(scores), len(scores)
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
@@ -546,6 +556,8 @@ def summary(results: dict) -> str:
                 continue
             best = max(others, key=others.get)
             mine = f"**{ours:.3f}**" if round(ours, 3) >= round(others[best], 3) else f"{ours:.3f}"
+            runs = seeds[name, size, "workbench"]
+            mine += f" ({runs} seed{'s' if runs > 1 else ''})" if runs < 3 else ""
             row.append(f"{mine} · {NAMES.get(best, best)} {others[best]:.3f}")
         lines.append(f"| {title} | " + " | ".join(row) + " |")
     return "\n".join(lines)

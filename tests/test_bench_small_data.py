@@ -24,4 +24,21 @@ def test_the_summary_leaves_out_a_set_the_default_was_not_run_on_and_names_earli
                "trec/1000/0/workbench_cls_head": _cell(0.913)}
     text = small_data.summary(results)
     assert "movie reviews" not in text
-    assert "**0.915** · default, [CLS] classifier (before ddff0a4) 0.913" in text
+    assert "**0.915** (1 seed) · default, [CLS] classifier (before ddff0a4) 0.913" in text
+
+
+def test_other_work_is_counted_when_the_benchmark_itself_runs_niced(monkeypatch):
+    # /proc/stat's un-niced seconds hold this process's own only when it is not niced
+    monkeypatch.setattr(small_data.os, "getpriority", lambda *_: 0)
+    assert small_data._others(machine=100.0, own=80.0) == 20.0
+    monkeypatch.setattr(small_data.os, "getpriority", lambda *_: 5)
+    assert small_data._others(machine=100.0, own=80.0) == 100.0
+    # a cell known to have run beside other work is marked even where its figures missed it
+    assert small_data._contended(_cell(0.77, beside="a test suite")) and not small_data._contended(_cell(0.77))
+
+
+def test_the_summary_says_where_the_default_ran_on_fewer_than_three_seeds():
+    results = {f"tweets/{size}/{seed}/{method}": _cell(score) for size, seeds in (("100", (0,)), ("300", (0, 1, 2)))
+               for seed in seeds for method, score in (("workbench", 0.85), ("tfidf_lr", 0.7))}
+    row = small_data.summary(results).splitlines()[-1]
+    assert "| **0.850** (1 seed) · TF-IDF + LR 0.700 | **0.850** · TF-IDF + LR 0.700 |" in row, row
