@@ -238,10 +238,10 @@ def frozen_lr(task, train, test, seed, work):
         if len(set(labels)) < 2:
             return [labels[0]] * len(test)
         chunking = _default_chunking(train)  # long texts: the default run's windows, mean of their embeddings
-        x = frozen_embeddings(train, model_path(), max_length=_default_max_length(), chunking=chunking)
-        clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x, labels)
-        return list(clf.predict(frozen_embeddings(test, model_path(), max_length=_default_max_length(),
-                                                  chunking=chunking)))
+        # one call, as the app's baseline embeds its two splits: the model loads once
+        x = frozen_embeddings(train + test, model_path(), max_length=_default_max_length(), chunking=chunking)
+        clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(x[:len(train)], labels)
+        return list(clf.predict(x[len(train):]))
     tokenizer, model = _encoder()
     x = np.concatenate(_word_embeddings(train, tokenizer, model))
     y = [t for r in train for t in r["tags"]]
@@ -537,10 +537,8 @@ def _has_default(results: dict, name: str) -> bool:
 def summary(results: dict) -> str:
     """One row per set: in each size's cell the default's mean score, then the best other method's
     (the default in bold where it is the best or level; "(1 seed)" where it ran on fewer than 3)."""
-    means: dict[tuple[str, str, str], float] = {}
-    seeds: dict[tuple[str, str, str], int] = {}
-    for (name, size, method), scores in _scores_by_cell(results).items():
-        means[name, size, method], seeds[name, size, method] = statistics.mean(scores), len(scores)
+    cells = _scores_by_cell(results)
+    means = {cell: statistics.mean(scores) for cell, scores in cells.items()}
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
@@ -556,7 +554,7 @@ def summary(results: dict) -> str:
                 continue
             best = max(others, key=others.get)
             mine = f"**{ours:.3f}**" if round(ours, 3) >= round(others[best], 3) else f"{ours:.3f}"
-            runs = seeds[name, size, "workbench"]
+            runs = len(cells[name, size, "workbench"])
             mine += f" ({runs} seed{'s' if runs > 1 else ''})" if runs < 3 else ""
             row.append(f"{mine} · {NAMES.get(best, best)} {others[best]:.3f}")
         lines.append(f"| {title} | " + " | ".join(row) + " |")
