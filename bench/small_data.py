@@ -536,9 +536,12 @@ def _has_default(results: dict, name: str) -> bool:
 
 def summary(results: dict) -> str:
     """One row per set: in each size's cell the default's mean score, then the best other method's
-    (the default in bold where it is the best or level; "(1 seed)" where it ran on fewer than 3)."""
-    cells = _scores_by_cell(results)
-    means = {cell: statistics.mean(scores) for cell, scores in cells.items()}
+    (the default in bold where it is the best or level; "(1 seed)" where it ran on fewer than 3).
+
+    Where the default ran on fewer seeds than another method, that method's mean is taken over the
+    default's seeds only: a seed draws the training sample, so a mean over other samples would compare
+    the default with a luckier or unluckier draw ("(same seeds)" then says so)."""
+    seeds = _scores_by_seed(results)
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
@@ -547,25 +550,29 @@ def summary(results: dict) -> str:
         title = f"{title} ({metric})"
         row = []
         for size in SIZES:
-            ours = means.get((name, size, "workbench"))
-            others = {m: v for (n, z, m), v in means.items() if n == name and z == size and m != "workbench"}
-            if ours is None or not others:
+            mine = seeds.get((name, size, "workbench"))
+            others = {m: by_seed for (n, z, m), by_seed in seeds.items()
+                      if n == name and z == size and m != "workbench"}
+            if mine is None or not others:
                 row.append("—")
                 continue
+            paired = {m: [by_seed[s] for s in mine] for m, by_seed in others.items() if set(mine) <= set(by_seed)}
+            others = {m: statistics.mean(paired.get(m, by_seed.values())) for m, by_seed in others.items()}
+            ours = statistics.mean(mine.values())
             best = max(others, key=others.get)
-            mine = f"**{ours:.3f}**" if round(ours, 3) >= round(others[best], 3) else f"{ours:.3f}"
-            runs = len(cells[name, size, "workbench"])
-            mine += f" ({runs} seed{'s' if runs > 1 else ''})" if runs < 3 else ""
-            row.append(f"{mine} · {NAMES.get(best, best)} {others[best]:.3f}")
+            cell = f"**{ours:.3f}**" if round(ours, 3) >= round(others[best], 3) else f"{ours:.3f}"
+            cell += f" ({len(mine)} seed{'s' if len(mine) > 1 else ''})" if len(mine) < 3 else ""
+            same = " (same seeds)" if best in paired and len(seeds[name, size, best]) > len(mine) else ""
+            row.append(f"{cell} · {NAMES.get(best, best)} {others[best]:.3f}{same}")
         lines.append(f"| {title} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def _scores_by_cell(results: dict) -> dict[tuple[str, str, str], list[float]]:
-    cells: dict[tuple[str, str, str], list[float]] = {}
+def _scores_by_seed(results: dict) -> dict[tuple[str, str, str], dict[str, float]]:
+    cells: dict[tuple[str, str, str], dict[str, float]] = {}
     for key, value in results.items():
-        name, size, _seed, method = key.split("/")
-        cells.setdefault((name, size, method), []).append(value["score"])
+        name, size, seed, method = key.split("/")
+        cells.setdefault((name, size, method), {})[seed] = value["score"]
     return cells
 
 
