@@ -42,6 +42,10 @@ def test_verdict_says_did_not_learn_for_one_class_or_majority_level_and_below_fo
     assert one_class["status"] == "did_not_learn" and "predicts 'a' for 100%" in one_class["message"]
     at_majority = baselines.verdict({"accuracy": 0.6}, found, ["a"] * 8 + ["b"] * 2, gold)
     assert at_majority["status"] == "did_not_learn" and "majority class (0.600)" in at_majority["message"]
+    # on 10 examples one answer decides it: the message says so before suggesting changes
+    assert "10 examples are too few to tell the two apart" in at_majority["message"]
+    many = baselines.verdict({"accuracy": 0.6}, found, ["a"] * 80 + ["b"] * 20, ["a"] * 60 + ["b"] * 40)
+    assert many["status"] == "did_not_learn" and many["message"].endswith(baselines.HINT)
     below = baselines.verdict({"accuracy": 0.7}, found, ["a"] * 7 + ["b"] * 3, gold)
     assert below["status"] == "below_baseline" and "0.700 vs 0.800" in below["message"]
     learned = baselines.verdict({"accuracy": 0.9}, found, ["a"] * 6 + ["b"] * 4, gold)
