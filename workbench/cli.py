@@ -20,6 +20,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage.db import describe_error
+from storage.exiting import exit_process
 from workbench.errors import DataValidationError, NotFound, StorageError, WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -130,4 +131,4 @@ def main(argv: Optional[list[str]] = None) -> None:
                                          "try again; if it keeps failing, check the database server or file"))
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code if isinstance(code, int) else 0)
+    exit_process(code if isinstance(code, int) else 0)

@@ -349,4 +349,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from storage.exiting import exit_process
+
+    exit_process(main())

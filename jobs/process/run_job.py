@@ -41,6 +41,7 @@ from storage.context import Workbench
 from storage.datasets.lookup import dataset_files
 from storage.db import Database
 from storage.errors import TrainingError, WorkbenchError
+from storage.exiting import exit_process
 from storage.models import (CANCELLED, FAILED, KIND_EVALUATE, KIND_EXPORT, KIND_PREDICT, KIND_TRAIN, LABEL_KINDS,
                             PRUNED, SUCCEEDED, Artifact, MetricPoint, Run)
 from storage.settings import Settings
@@ -580,4 +581,4 @@ def main(argv: Optional[list[str]] = None, train_fn: Optional[TrainFn] = None, *
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
