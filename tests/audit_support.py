@@ -22,7 +22,7 @@ from tests.tiny_models import classification_records, distinct, write_jsonl
 
 # The packaged MiniLM knows "great" from "terrible" after a few steps (what tests/test_audits.py measures was
 # tuned for fine-tuned folds).
-PRETRAINED = {"epochs": 3, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last",
+PRETRAINED = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-4, "max_length": 16, "select_by": "last",
               "method": "finetune"}
 REVIEWS, FOLDS = 150, 3
 DB_FILE = "workbench.db"

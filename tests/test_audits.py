@@ -136,7 +136,7 @@ def test_a_token_audit_rolls_suspicious_tags_up_per_sentence(wb, tmp_path, cli):
     for i in flipped:
         records[i]["tags"][0] = "O"  # a name tagged as no entity
     dataset = _import(wb, tmp_path, records, task="token-classification")
-    audit_id = audits.create_audit(wb, dataset.id, folds=2, train={**PRETRAINED, "epochs": 8})
+    audit_id = audits.create_audit(wb, dataset.id, folds=2, train={**PRETRAINED, "epochs": 5})
     code, out, err = cli("data", "audit-show", str(audit_id), "--json")
     assert code == 0 and json.loads(out)["state"] == audits.RUNNING and json.loads(out)["issues"] is None
     record = finish_audit(wb, audit_id)
