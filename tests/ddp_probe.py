@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from jobs.process import run_job
+from storage.exiting import exit_process
 
 
 class RecordingDataset:
@@ -76,4 +76,4 @@ def probed_training(spec, output_dir, reporter, **kwargs):
 
 
 if __name__ == "__main__":
-    sys.exit(run_job.main(train_fn=probed_training))
+    exit_process(run_job.main(train_fn=probed_training))  # as jobs.process.run_job ends

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from jobs.process import run_job
 from jobs.progress import Cancelled, Reporter
 from jobs.queue.runner import Launch, SubprocessRunner
 from jobs.specs.run import RunSpec
+from storage.exiting import exit_process
 
 CHECKPOINT_EVERY = 5
 
@@ -170,4 +170,4 @@ class InProcessRunner:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job.main(train_fn=fake_train, predict_fn=fake_predict))
+    exit_process(run_job.main(train_fn=fake_train, predict_fn=fake_predict))
