@@ -486,13 +486,10 @@ def run(data: Path, only: list[str], sizes: list[str], seeds: list[int], methods
 
 
 def table(results: dict) -> str:
-    lines = []
+    lines, by_cell = [], _by_cell(results)
     for name, (_title, metric) in SETS.items():
-        cells = {}
-        for key, value in results.items():
-            ds, size, _seed, method = key.split("/")
-            if ds == name:
-                cells.setdefault((size, method), []).append(value)
+        cells = {(size, method): list(by_seed.values()) for (ds, size, method), by_seed in by_cell.items()
+                 if ds == name}
         if not cells:
             continue
         methods = [m for m in METHODS if any(m == k[1] for k in cells)]
@@ -541,7 +538,8 @@ def summary(results: dict) -> str:
     Where the default ran on fewer seeds than another method, that method's mean is taken over the
     default's seeds only: a seed draws the training sample, so a mean over other samples would compare
     the default with a luckier or unluckier draw ("(same seeds)" then says so)."""
-    seeds = _scores_by_seed(results)
+    seeds = {cell: {seed: value["score"] for seed, value in by_seed.items()}
+             for cell, by_seed in _by_cell(results).items()}
     lines = ["| set (metric on the test file) | " + " | ".join(f"{int(s):,}" if s.isdigit() else s for s in SIZES)
              + " |", "|---" * (len(SIZES) + 1) + "|"]
     for name, (title, metric) in SETS.items():
@@ -568,11 +566,13 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _scores_by_seed(results: dict) -> dict[tuple[str, str, str], dict[str, float]]:
-    cells: dict[tuple[str, str, str], dict[str, float]] = {}
+def _by_cell(results: dict) -> dict[tuple[str, str, str], dict[str, dict]]:
+    """The results file's entries (keyed "set/size/seed/method") grouped by (set, size, method), then by seed:
+    what the table, the summary and the plot each show one cell of."""
+    cells: dict[tuple[str, str, str], dict[str, dict]] = {}
     for key, value in results.items():
         name, size, seed, method = key.split("/")
-        cells.setdefault((name, size, method), {})[seed] = value["score"]
+        cells.setdefault((name, size, method), {})[seed] = value
     return cells
 
 
@@ -602,7 +602,8 @@ def plot(results: dict, path: Path = PLOT) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in SETS if any(k.startswith(n + "/") for k in results)]
+    by_cell = _by_cell(results)
+    names = [n for n in SETS if any(cell[0] == n for cell in by_cell)]
     columns = min(3, len(names))  # three panels a row: six sets side by side would be too narrow to read
     rows = -(-len(names) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
@@ -612,7 +613,7 @@ def plot(results: dict, path: Path = PLOT) -> None:
         for method in METHODS:
             xs, ys, es = [], [], []
             for size in SIZES:
-                values = [v for k, v in results.items() if k.startswith(f"{name}/{size}/") and k.endswith("/" + method)]
+                values = list(by_cell.get((name, size, method), {}).values())
                 if values:
                     xs.append(statistics.mean(v["n_train"] for v in values))
                     scores = [v["score"] for v in values]
