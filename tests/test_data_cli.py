@@ -112,7 +112,7 @@ def test_usage_errors_have_no_traceback(cli, argv, code, text):
 
 def test_subprocess_invalid_file_exit_code_and_clean_stderr(tmp_path):
     env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", "from workbench.cli import main; main()", "data", "validate",
+    proc = subprocess.run([sys.executable, "-c", "from workbench.cli import entry; entry()", "data", "validate",
                            str(D / "broken/cp1252.csv"), "--task", "token-classification"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stderr

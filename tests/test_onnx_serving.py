@@ -337,7 +337,7 @@ def _cli(home, *args):
     import sys
 
     env = {**os.environ, "WORKBENCH_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", "from workbench.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from workbench.cli import entry; entry()", *args],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
 
 

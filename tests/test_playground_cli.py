@@ -20,7 +20,7 @@ from tests import playground_support as ps
 pytestmark = pytest.mark.e2e
 # Generous: the first request to a playground builds its page, and CI machines are slow and shared.
 HTTP = httpx.Client(timeout=120)
-WORKBENCH = [sys.executable, "-c", "from workbench.cli import main; main()"]
+WORKBENCH = [sys.executable, "-c", "from workbench.cli import entry; entry()"]
 
 
 def cli(home, *args, timeout=120):

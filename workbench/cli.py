@@ -131,4 +131,15 @@ def main(argv: Optional[list[str]] = None) -> None:
                                          "try again; if it keeps failing, check the database server or file"))
     except KeyboardInterrupt:
         code = 130
-    exit_process(code if isinstance(code, int) else 0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def entry() -> None:
+    """The `workbench` command: ``main``, then the end of its process without the interpreter's last garbage sweep
+    (``storage.exiting``). ``main`` itself only raises SystemExit: called in a process that goes on (a test), it
+    must not freeze that process's objects."""
+    try:
+        main()
+    except SystemExit as done:
+        exit_process(done.code)
+

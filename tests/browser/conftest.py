@@ -51,7 +51,7 @@ class Server:
         home.mkdir(parents=True, exist_ok=True)
         self.log_path = home / "server.log"
         self._log = self.log_path.open("wb")
-        command = [sys.executable, "-c", "from workbench.cli import main; main()", "serve", *args]
+        command = [sys.executable, "-c", "from workbench.cli import entry; entry()", "serve", *args]
         self.process = subprocess.Popen(command, env=env, cwd=str(ROOT), stdout=self._log, stderr=subprocess.STDOUT)
         self._wait()
 
