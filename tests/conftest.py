@@ -165,6 +165,16 @@ SLOW_FILES = ("tests/browser/test_workbench_ui.py", "tests/test_audits.py", "tes
               "tests/test_web_signin.py", "tests/test_ui_access.py", "tests/test_chunking.py")
 
 
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, gradio and the rest: modules, classes, functions) lives until the
+    test process ends. Collected once, then frozen (``gc.freeze()``), it is no longer walked by every full collection
+    the tests cause. Garbage is collected first, so nothing that could be freed is kept."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`) each file is one unit
     of work, handed out in collection order: put the slow files first. Within a file the order stays."""
