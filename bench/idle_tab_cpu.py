@@ -71,7 +71,7 @@ def measure(home: Path, seconds: float, open_run: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_")}
     env.update(WORKBENCH_HOME=str(home), WORKBENCH_PORT=str(port), WORKBENCH_HOST="127.0.0.1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-    server = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve"], env=env,
+    server = subprocess.Popen([sys.executable, "-c", "from workbench.cli import entry; entry()", "serve"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:

@@ -118,7 +118,7 @@ def serve(home: Path) -> tuple[subprocess.Popen, str]:
     env.update(WORKBENCH_HOME=str(home), WORKBENCH_PORT=str(port), WORKBENCH_HOST="127.0.0.1",
                PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
     log = (home / "server.log").open("wb")
-    process = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve",
+    process = subprocess.Popen([sys.executable, "-c", "from workbench.cli import entry; entry()", "serve",
                                 "--no-worker"], env=env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(240):

@@ -84,7 +84,7 @@ def start_server(home: Path, port: int, log_path: Path) -> subprocess.Popen:
            "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                  os.environ.get("PYTHONPATH")]))}
     with log_path.open("w") as log:
-        return subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve"],
+        return subprocess.Popen([sys.executable, "-c", "from workbench.cli import entry; entry()", "serve"],
                                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

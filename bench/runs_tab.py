@@ -96,7 +96,7 @@ def browser_timings(home: str, repeat: int) -> dict:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "WORKBENCH_HOME": home, "WORKBENCH_PORT": str(port), "HF_HUB_OFFLINE": "1"}
-    server = subprocess.Popen([sys.executable, "-c", "from workbench.cli import main; main()", "serve",
+    server = subprocess.Popen([sys.executable, "-c", "from workbench.cli import entry; entry()", "serve",
                                "--no-worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:

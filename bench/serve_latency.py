@@ -65,7 +65,7 @@ def start_server(home: Path, run_id: int, port: int, threads: int) -> tuple[subp
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads in the server process
     process = subprocess.Popen(
-        [sys.executable, "-c", "from workbench.cli import main; main()", "publish", str(run_id), "--standalone",
+        [sys.executable, "-c", "from workbench.cli import entry; entry()", "publish", str(run_id), "--standalone",
          "--port", str(port), "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     while True:
